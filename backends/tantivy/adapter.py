@@ -1,0 +1,279 @@
+"""The tantivy adapter: BM25 search and exact identifier lookups over chunk documents.
+
+Filters are pushed into tantivy as a constant-score clause of weight 0, so a filtered
+search ranks exactly like the unfiltered one restricted to the filtered set. Query text is
+analysed into terms by the same analyzer the index uses; it never passes through tantivy's
+query parser, so ``doc_type:adr`` typed in a query is three words, not a filter (I14).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Self
+
+import anyio.to_thread
+import tantivy
+
+from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
+from backends.corpus import METADATA_FIELDS, Corpus
+from rsc import (
+    BackendStatistics,
+    BackendUnavailable,
+    Contract,
+    Filter,
+    FilterOp,
+    Gap,
+    GapKind,
+    GapSeverity,
+    Hit,
+    IndexMissingError,
+    ScanRequest,
+    ScanResult,
+    ScoreKind,
+    fingerprint,
+)
+
+ANALYZER = "race_en"
+TEXT_FIELDS = ("title", "section", "text")
+KEYWORD_FIELDS = ("doc_id", "chunk_id", *(f for f in METADATA_FIELDS if f != "date"))
+_WRITER_HEAP = 50_000_000
+_EXACT_SET_CAP = 10_000
+_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    for name in TEXT_FIELDS:
+        builder.add_text_field(name, stored=False, tokenizer_name=ANALYZER)
+    for name in KEYWORD_FIELDS:
+        builder.add_text_field(name, stored=False, fast=True, tokenizer_name="raw")
+    builder.add_integer_field("date", indexed=True, fast=True)
+    builder.add_text_field("row", stored=True, tokenizer_name="raw", index_option="basic")
+    return builder.build()
+
+
+def date_number(text: str) -> int:
+    """``2024-03-12`` as ``20240312``: order-preserving, so ranges stay exact."""
+    match = _DATE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not YYYY-MM-DD")
+    return int(match[1] + match[2] + match[3])
+
+
+class TantivyAdapter(Adapter):
+    backend = "tantivy"
+
+    def __init__(self, path: Path, index: tantivy.Index, manifest: dict[str, Any]) -> None:
+        self._path = path
+        self._index = index
+        self._schema = index.schema
+        self._analyzer = _analyzer()
+        self._corpus_revision = str(manifest["corpus_revision"])
+        self._value_counts: dict[str, dict[str, int]] = manifest.get("value_counts", {})
+        self._rows = int(manifest.get("rows", 0))
+
+    @classmethod
+    def contracts(cls) -> tuple[Contract, ...]:
+        return load_contracts_beside(__file__)
+
+    @classmethod
+    def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
+        path = index_dir / cls.backend
+        path.mkdir(parents=True, exist_ok=True)
+        index = tantivy.Index(_schema(), path=str(path), reuse=False)
+        index.register_tokenizer(ANALYZER, _analyzer())
+        writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        counts: dict[str, dict[str, int]] = {}
+        total = len(corpus.chunks)
+        for n, chunk in enumerate(corpus.chunks, start=1):
+            doc = tantivy.Document()
+            doc.add_text("title", chunk.title)
+            doc.add_text("section", chunk.section)
+            doc.add_text("text", chunk.text)
+            doc.add_text("doc_id", chunk.doc_id)
+            doc.add_text("chunk_id", chunk.chunk_id)
+            for field in KEYWORD_FIELDS[2:]:
+                if field in chunk.metadata:
+                    value = str(chunk.metadata[field])
+                    doc.add_text(field, value)
+                    counts.setdefault(field, {}).setdefault(value, 0)
+                    counts[field][value] += 1
+            if "date" in chunk.metadata:
+                doc.add_integer("date", date_number(str(chunk.metadata["date"])))
+            doc.add_text("row", json.dumps(chunk.model_dump(mode="json"), sort_keys=True))
+            writer.add_document(doc)
+            if progress:
+                progress(n, total)
+        writer.commit()
+        writer.wait_merging_threads()
+        manifest = {"corpus_revision": corpus.revision, "rows": total, "value_counts": counts}
+        (path / "race.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
+        return cls.open(index_dir).generation()
+
+    @classmethod
+    def open(cls, index_dir: Path) -> Self:
+        path = index_dir / cls.backend
+        manifest_path = path / "race.json"
+        if not (path / "meta.json").exists() or not manifest_path.exists():
+            raise IndexMissingError("no tantivy index here (run `race index`)", where=str(path))
+        index = tantivy.Index.open(str(path))
+        index.register_tokenizer(ANALYZER, _analyzer())
+        return cls(path, index, json.loads(manifest_path.read_text()))
+
+    @property
+    def identity(self) -> str:
+        return f"tantivy:{self._corpus_revision}"
+
+    def generation(self) -> str:
+        """Opstamp, segment ids and their delete counts, as the index's meta.json has them."""
+        self._index.reload()
+        meta = json.loads((self._path / "meta.json").read_text())
+        segments = sorted(
+            (str(s["segment_id"]), int(s.get("max_doc", 0)), int((s.get("deletes") or {}).get("num_deleted_docs", 0)))
+            for s in meta.get("segments", [])
+        )
+        return "tantivy:" + fingerprint({"opstamp": meta.get("opstamp"), "segments": segments})
+
+    def statistics(self) -> BackendStatistics:
+        return BackendStatistics(backend=self.backend, rows=self._rows, value_counts=self._value_counts)
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        return await anyio.to_thread.run_sync(self._scan, request)
+
+    # -- blocking part, on a worker thread -------------------------------------------------
+
+    def _scan(self, request: ScanRequest) -> ScanResult:
+        generation = self.generation()
+        if request.mode == "bm25":
+            query, kind = self._text_query(request), ScoreKind.BM25
+        elif request.mode == "exact_id":
+            query, kind = self._identifier_query(request), ScoreKind.EXACT_MATCH
+        else:
+            raise BackendUnavailable(f"tantivy has no mode {request.mode!r}", where=request.rsc_id)
+        if request.pushed:
+            query = tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Must, query),
+                    (tantivy.Occur.Must, tantivy.Query.const_score_query(self._filter_query(request.pushed), 0.0)),
+                ]
+            )
+        searcher = self._index.searcher()
+        # An exact set is cut in chunk-id order, so the whole match set is read first; a ranked
+        # list reads past k so that ties at the cut are broken by chunk id, not by segment order.
+        limit = _EXACT_SET_CAP if kind is ScoreKind.EXACT_MATCH else 2 * request.k + 8
+        try:
+            found = searcher.search(query, limit=limit, count=True)
+        except ValueError as exc:
+            raise BackendUnavailable(f"tantivy search failed: {exc}", where=request.rsc_id) from exc
+        rows = []
+        for score, address in found.hits:
+            row = json.loads(searcher.doc(address)["row"][0])
+            rows.append((float(score), row))
+        if kind is ScoreKind.EXACT_MATCH:
+            rows.sort(key=lambda r: str(r[1]["chunk_id"]))
+        else:
+            rows.sort(key=lambda r: (-r[0], str(r[1]["chunk_id"])))
+        rows = rows[: request.k]
+        hits = [self._hit(request, row, rank, score, kind, generation) for rank, (score, row) in enumerate(rows, 1)]
+        count = getattr(found, "count", None)
+        total = int(count) if count is not None else len(hits)
+        gaps: list[Gap] = []
+        if kind is ScoreKind.EXACT_MATCH and total > len(hits):
+            gaps.append(
+                Gap(
+                    kind=GapKind.RESOURCE_LIMITED,
+                    obligation=request.obligation,
+                    backend=self.backend,
+                    detail=f"exact lookup matched {total} chunks; k={request.k} returned {len(hits)}",
+                    severity=GapSeverity.SHORTFALL,
+                )
+            )
+        return ScanResult(
+            hits=tuple(hits), gaps=tuple(gaps), generation=generation, total_matches=total, exhausted=total <= len(hits)
+        )
+
+    def _hit(
+        self, request: ScanRequest, row: dict[str, Any], rank: int, score: float, kind: ScoreKind, generation: str
+    ) -> Hit:
+        return custody_hit(
+            request=request,
+            contract_ref=f"{request.rsc_id}@{request.rsc_version}",
+            chunk=row,
+            rank=rank,
+            score=score,
+            score_kind=kind,
+            index_identity=self.identity,
+            generation=generation,
+            corpus_revision=self._corpus_revision,
+        )
+
+    def _terms(self, text: str) -> list[str]:
+        return sorted(set(self._analyzer.analyze(text)))
+
+    def _text_query(self, request: ScanRequest) -> tantivy.Query:
+        terms = self._terms(request.query.text or "")
+        if not terms:
+            return tantivy.Query.empty_query()
+        clauses = [
+            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, term))
+            for term in terms
+            for field in TEXT_FIELDS
+        ]
+        return tantivy.Query.boolean_query(clauses)
+
+    def _identifier_query(self, request: ScanRequest) -> tantivy.Query:
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []
+        for ident in request.query.ids:
+            for field in ("chunk_id", "doc_id"):
+                clauses.append((tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, ident)))
+        text = (request.query.text or "").strip()
+        if text:
+            words = self._analyzer.analyze(text)
+            for field in TEXT_FIELDS:
+                if len(words) == 1:
+                    phrase = tantivy.Query.term_query(self._schema, field, words[0])
+                elif words:
+                    phrase = tantivy.Query.phrase_query(self._schema, field, list[str | tuple[int, str]](words))
+                else:
+                    continue
+                clauses.append((tantivy.Occur.Should, phrase))
+        if not clauses:
+            return tantivy.Query.empty_query()
+        return tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 1.0)
+
+    def _filter_query(self, filters: tuple[Filter, ...]) -> tantivy.Query:
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, self._one_filter(f)) for f in filters])
+
+    def _one_filter(self, flt: Filter) -> tantivy.Query:
+        if flt.field == "date":
+            return self._date_filter(flt)
+        if flt.op is FilterOp.EQ:
+            return tantivy.Query.term_query(self._schema, flt.field, str(flt.value))
+        if flt.op is FilterOp.IN:
+            return tantivy.Query.term_set_query(self._schema, flt.field, [str(v) for v in flt.values])
+        raise BackendUnavailable(f"range filter on keyword field {flt.field!r} is not supported", where="tantivy")
+
+    def _date_filter(self, flt: Filter) -> tantivy.Query:
+        if flt.op is FilterOp.RANGE:
+            low = date_number(str(flt.gte)) if flt.gte is not None else None
+            high = date_number(str(flt.lte)) if flt.lte is not None else None
+            return tantivy.Query.range_query(self._schema, "date", tantivy.FieldType.Integer, low, high)
+        values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+        return tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "date", date_number(str(v))))
+                for v in values
+            ]
+        )

@@ -1,0 +1,74 @@
+"""The cost model: expected latency from operational statistics, held apart from evidence.
+
+Statistics only choose among alternatives (I2): nothing here can change what a scan is
+allowed to claim. Selectivity comes from the backends' value counts; where a value is not
+counted the estimate is conservative and the explain says it was a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Annotated
+
+from pydantic import Field
+
+from rsc import BackendStatistics, Contract, CoverageClaim, Filter, FilterOp, Record, fingerprint
+
+DEFAULT_ROWS = 1_000
+UNKNOWN_SELECTIVITY = 0.5
+
+
+class Statistics(Record):
+    """Per-backend statistics and the cost of one model call."""
+
+    schema_version: str = "race.stats/1"
+    backends: dict[str, BackendStatistics] = Field(default_factory=dict)
+    model_call_ms: Annotated[float, Field(ge=0.0)] = 6.0
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self)
+
+
+class Estimate(Record):
+    rows: int
+    selectivity: float
+    candidates: float
+    cost_ms: float
+    basis: str
+
+
+def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> tuple[float, str]:
+    """Fraction of rows passing every filter (independence assumed) and how it was known."""
+    result, basis = 1.0, []
+    for flt in filters:
+        counts = stats.value_counts.get(flt.field) if stats else None
+        rows = stats.rows if stats else 0
+        if counts and rows and flt.op in (FilterOp.EQ, FilterOp.IN):
+            values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+            matched = sum(counts.get(str(v), 0) for v in values)
+            fraction = matched / rows
+            basis.append(f"{flt.field}: {matched}/{rows} rows")
+        else:
+            fraction = UNKNOWN_SELECTIVITY
+            basis.append(f"{flt.field}: no counts, assumed {UNKNOWN_SELECTIVITY}")
+        result *= fraction
+    return result, "; ".join(basis) or "no filter"
+
+
+def estimate_scan(contract: Contract, *, k: int, pushed: Sequence[Filter], stats: Statistics) -> Estimate:
+    backend_stats = stats.backends.get(contract.backend)
+    rows = backend_stats.rows if backend_stats and backend_stats.rows else DEFAULT_ROWS
+    sel, basis = selectivity(backend_stats, pushed)
+    if contract.coverage.claim is CoverageClaim.APPROXIMATE:
+        # An ANN probe touches a roughly constant slice of the table; a filter it must honour
+        # makes it search further for k survivors.
+        probe = max(k * 10.0, 10.0 * math.sqrt(rows))
+        candidates = min(float(rows), probe / max(sel, 1e-3) ** 0.5)
+    else:
+        candidates = max(1.0, rows * sel)
+    measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
+    base = measured if measured is not None else contract.cost.base_latency_ms
+    cost = base + candidates * contract.cost.per_candidate_us / 1000.0 + contract.model_calls * stats.model_call_ms
+    return Estimate(rows=rows, selectivity=sel, candidates=candidates, cost_ms=cost, basis=basis)

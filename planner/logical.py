@@ -1,0 +1,306 @@
+"""The logical plan: typed retrieval obligations (leaves) joined by typed operators.
+
+A plan is input, never derived (I1). ``parse_plan`` turns JSON bytes into a validated
+``LogicalPlan`` or raises one ``PlanError`` that names the place; ``normalize`` gives the
+canonical form whose fingerprint identifies the plan whatever the key order of its file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+import networkx as nx
+from pydantic import Field, ValidationError, model_validator
+
+from rsc import (
+    BoundExceeded,
+    DanglingReference,
+    Egress,
+    Filter,
+    ObligationKind,
+    PlanCycleError,
+    PlanError,
+    Query,
+    QueryClass,
+    Record,
+    SearchCoverage,
+    Strategy,
+    fingerprint,
+    first_validation_error,
+)
+
+PLAN_SCHEMA_VERSION = "race.plan/1"
+MAX_NODES_CEILING = 4096
+
+NodeId = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
+IsoDate = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+
+
+class Freshness(Record):
+    """A current-evidence requirement: evidence older than this, or superseded, is stale (I16)."""
+
+    as_of: IsoDate
+    max_age_days: Annotated[int, Field(ge=0)] | None = None
+
+
+class Obligation(Record):
+    id: NodeId
+    kind: ObligationKind
+    query: Query
+    query_class: QueryClass
+    hard_filters: tuple[Filter, ...] = ()
+    soft_filters: tuple[Filter, ...] = ()
+    k: Annotated[int, Field(ge=1, le=1000)] = 10
+    freshness: Freshness | None = None
+    egress: Egress = Egress.LOCAL
+    mandatory: bool = True
+    required_coverage: SearchCoverage = SearchCoverage.HEURISTIC
+    strategy: Strategy | None = None
+    allow_contracts: tuple[str, ...] = ()
+    deadline_ms: Annotated[int, Field(ge=1, le=600_000)] | None = None
+
+
+class _Op(Record):
+    id: NodeId
+
+    def inputs_of(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+
+class _Inputs(_Op):
+    inputs: Annotated[tuple[NodeId, ...], Field(min_length=1)]
+
+    def inputs_of(self) -> tuple[str, ...]:
+        return self.inputs
+
+
+class UnionOp(_Inputs):
+    op: Literal["union"]
+
+
+class CascadeOp(_Inputs):
+    """Run stages in order; the next only if the previous was insufficient."""
+
+    op: Literal["cascade"]
+    min_hits: Annotated[int, Field(ge=1)] = 1
+
+
+class FallbackOp(_Inputs):
+    """Run stages in order; the next only on error, timeout or ineligibility."""
+
+    op: Literal["fallback"]
+
+
+class IntersectOp(_Inputs):
+    op: Literal["intersect"]
+
+
+class JoinOp(_Op):
+    """Left evidence whose document has a ``via`` edge to a document in the right input."""
+
+    op: Literal["join"]
+    left: NodeId
+    right: NodeId
+    via: Annotated[str, Field(min_length=1)]
+    direction: Literal["out", "in"] = "out"
+
+    def inputs_of(self) -> tuple[str, ...]:
+        return (self.left, self.right)
+
+
+class RefineOp(_Op):
+    """A residual filter or reorder over one input."""
+
+    op: Literal["refine"]
+    input: NodeId
+    filters: tuple[Filter, ...] = ()
+    order_by: Literal["date_desc", "date_asc"] | None = None
+
+    def inputs_of(self) -> tuple[str, ...]:
+        return (self.input,)
+
+
+class CorroborateOp(_Inputs):
+    """Needs ``min_independent`` distinct origin components, not retrievers (I13)."""
+
+    op: Literal["corroborate"]
+    min_independent: Annotated[int, Field(ge=1)] = 2
+
+
+class OpposeOp(_Op):
+    op: Literal["oppose"]
+    support: NodeId
+    refutation: NodeId
+
+    def inputs_of(self) -> tuple[str, ...]:
+        return (self.support, self.refutation)
+
+
+class FreshenOp(_Op):
+    op: Literal["freshen"]
+    input: NodeId
+    as_of: IsoDate
+    max_age_days: Annotated[int, Field(ge=0)] | None = None
+    mode: Literal["drop", "mark"] = "mark"
+
+    def inputs_of(self) -> tuple[str, ...]:
+        return (self.input,)
+
+
+Operator = Annotated[
+    UnionOp | CascadeOp | FallbackOp | IntersectOp | JoinOp | RefineOp | CorroborateOp | OpposeOp | FreshenOp,
+    Field(discriminator="op"),
+]
+
+COMMUTATIVE = frozenset({"union", "intersect", "corroborate"})
+
+
+class Budget(Record):
+    deadline_ms: Annotated[int, Field(ge=1, le=600_000)] = 10_000
+    leg_timeout_ms: Annotated[int, Field(ge=1, le=600_000)] = 5_000
+    max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES_CEILING)] = 256
+    max_alternatives_per_group: Annotated[int, Field(ge=1, le=64)] = 8
+    max_memo_alternatives: Annotated[int, Field(ge=1, le=100_000)] = 4096
+    max_concurrency_per_backend: Annotated[int, Field(ge=1, le=256)] = 8
+
+
+class Generations(Record):
+    """The caller's generations; each one enters every plan and cache fingerprint (I6)."""
+
+    identity: str = "0"
+    source_dependence: str = "0"
+    freshness: str = "0"
+    authority: str = "0"
+
+
+class LogicalPlan(Record):
+    schema_version: Literal["race.plan/1"]
+    obligations: Annotated[tuple[Obligation, ...], Field(min_length=1)]
+    operators: tuple[Operator, ...] = ()
+    root: NodeId
+    budget: Budget = Budget()
+    generations: Generations = Generations()
+    contracts: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> LogicalPlan:
+        size = len(self.obligations) + len(self.operators)
+        if size > self.budget.max_nodes:
+            raise ValueError(f"plan has {size} nodes; budget.max_nodes is {self.budget.max_nodes}")
+        return self
+
+    def obligation(self, node_id: str) -> Obligation | None:
+        return next((o for o in self.obligations if o.id == node_id), None)
+
+    def operator(
+        self, node_id: str
+    ) -> (
+        UnionOp | CascadeOp | FallbackOp | IntersectOp | JoinOp | RefineOp | CorroborateOp | OpposeOp | FreshenOp | None
+    ):
+        return next((o for o in self.operators if o.id == node_id), None)
+
+
+def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:
+    """Parse, validate and normalize a plan document; one ``PlanError`` names the place."""
+    try:
+        raw = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where=where) from exc
+    return plan_from_dict(raw, where=where)
+
+
+def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
+    if not isinstance(raw, dict):
+        raise PlanError("a plan must be a JSON object", where=where)
+    if raw.get("schema_version") != PLAN_SCHEMA_VERSION:
+        raise PlanError(
+            f"field 'schema_version' must be {PLAN_SCHEMA_VERSION!r}, got {raw.get('schema_version')!r}", where=where
+        )
+    size = len(raw.get("obligations") or []) + len(raw.get("operators") or [])
+    if size > MAX_NODES_CEILING:
+        raise BoundExceeded(f"plan has {size} nodes; at most {MAX_NODES_CEILING} are accepted", where=where)
+    try:
+        plan = LogicalPlan.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        if err["type"] == "value_error" and "budget.max_nodes" in str(err["msg"]):
+            raise BoundExceeded(str(err["msg"]).removeprefix("Value error, "), where=where) from exc
+        raise PlanError(_located(first_validation_error(exc), raw), where=where) from exc
+    check_graph(plan, where=where)
+    return normalize(plan)
+
+
+def _located(message: str, raw: dict[str, object]) -> str:
+    """Add the node id to a field path like ``obligations.2.kind`` so the error names the node."""
+    prefix = message.removeprefix("field '").split("'", 1)[0]
+    parts = prefix.split(".")
+    if len(parts) >= 2 and parts[0] in ("obligations", "operators") and parts[1].isdigit():
+        items = raw.get(parts[0])
+        if isinstance(items, list) and int(parts[1]) < len(items) and isinstance(items[int(parts[1])], dict):
+            node = items[int(parts[1])].get("id")
+            if node is not None:
+                return f"node {node!r}: {message}"
+    return message
+
+
+def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
+    """Ids unique, every reference resolves, no cycle, the root reaches every node."""
+    ids: dict[str, str] = {}
+    for node in [*plan.obligations, *plan.operators]:
+        if node.id in ids:
+            raise PlanError(f"node id {node.id!r} is used twice", where=where)
+        ids[node.id] = "obligation" if isinstance(node, Obligation) else "operator"
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    graph.add_nodes_from(sorted(ids))
+    for op in plan.operators:
+        for ref in op.inputs_of():
+            if ref not in ids:
+                raise DanglingReference(f"operator {op.id!r} names input {ref!r}, which is not a node", where=where)
+            graph.add_edge(op.id, ref)
+    if plan.root not in ids:
+        raise DanglingReference(f"root {plan.root!r} is not a node", where=where)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        cycle = []
+    if cycle:
+        path = " -> ".join([str(edge[0]) for edge in cycle] + [str(cycle[0][0])])
+        raise PlanCycleError(f"operators form a cycle: {path}", where=where)
+    reached = nx.descendants(graph, plan.root) | {plan.root}
+    unreached = sorted(set(ids) - reached)
+    if unreached:
+        raise PlanError(f"node {unreached[0]!r} is not reachable from root {plan.root!r}", where=where)
+
+
+def _filter_key(f: Filter) -> str:
+    return fingerprint(f)
+
+
+def normalize(plan: LogicalPlan) -> LogicalPlan:
+    """Canonical form: nodes sorted by id, commutative inputs and filters sorted."""
+    obligations = tuple(
+        o.model_copy(
+            update={
+                "hard_filters": tuple(sorted(o.hard_filters, key=_filter_key)),
+                "soft_filters": tuple(sorted(o.soft_filters, key=_filter_key)),
+            }
+        )
+        for o in sorted(plan.obligations, key=lambda o: o.id)
+    )
+    operators = []
+    for op in sorted(plan.operators, key=lambda o: o.id):
+        if op.op in COMMUTATIVE and isinstance(op, _Inputs):
+            op = op.model_copy(update={"inputs": tuple(sorted(op.inputs))})
+        if isinstance(op, RefineOp):
+            op = op.model_copy(update={"filters": tuple(sorted(op.filters, key=_filter_key))})
+        operators.append(op)
+    return plan.model_copy(update={"obligations": obligations, "operators": tuple(operators)})
+
+
+def logical_fingerprint(plan: LogicalPlan) -> str:
+    return fingerprint(normalize(plan))
+
+
+def plan_json_schema() -> dict[str, object]:
+    return LogicalPlan.model_json_schema()

@@ -1,0 +1,87 @@
+"""The physical plan tree: every node names the logical node it serves (I1)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from rsc import Gap, OperatorKind, Record, ScanRequest, SearchCoverage
+
+
+class FusionSpec(Record):
+    """Reciprocal rank fusion: 1-based ranks, ties broken by the canonical evidence key (I11)."""
+
+    method: Literal["rrf"] = "rrf"
+    k: Annotated[int, Field(ge=1)] = 60
+
+
+class EarlyStopVerdict(Record):
+    admissible: bool
+    reason: str
+
+
+class ScanNode(Record):
+    kind: Literal["scan"] = "scan"
+    node: str
+    group: int
+    rsc: str
+    request: ScanRequest
+    reach: SearchCoverage
+    planned_gaps: tuple[Gap, ...] = ()
+    model_calls: int
+    cost: float
+    deadline_ms: int
+
+
+class HybridNode(Record):
+    kind: Literal["hybrid"] = "hybrid"
+    node: str
+    group: int
+    legs: tuple[ScanNode, ...]
+    fusion: FusionSpec = FusionSpec()
+    reach: SearchCoverage
+    early_stop: EarlyStopVerdict
+
+
+class UnsatisfiableNode(Record):
+    kind: Literal["unsatisfiable"] = "unsatisfiable"
+    node: str
+    group: int
+    gaps: tuple[Gap, ...]
+
+
+class OperatorNode(Record):
+    kind: Literal["operator"] = "operator"
+    node: str
+    group: int
+    op: OperatorKind
+    children: tuple[PhysicalNode, ...]
+    pushed_into_children: bool = False
+    fusion: FusionSpec | None = None
+    early_stop: EarlyStopVerdict
+
+
+PhysicalNode = Annotated[ScanNode | HybridNode | UnsatisfiableNode | OperatorNode, Field(discriminator="kind")]
+OperatorNode.model_rebuild()
+
+LeafNode = ScanNode | HybridNode | UnsatisfiableNode
+
+
+def walk(node: PhysicalNode) -> list[PhysicalNode]:
+    """Pre-order, children in plan order; deterministic."""
+    out: list[PhysicalNode] = [node]
+    if isinstance(node, OperatorNode):
+        for child in node.children:
+            out += walk(child)
+    return out
+
+
+def scans(node: PhysicalNode) -> list[ScanNode]:
+    out: list[ScanNode] = []
+    for item in walk(node):
+        if isinstance(item, ScanNode):
+            out.append(item)
+        elif isinstance(item, HybridNode):
+            out += list(item.legs)
+    return out

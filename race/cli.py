@@ -1,0 +1,189 @@
+"""The ``race`` command line. Bad input gets one line naming the place, exit status 2,
+and nothing written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rsc import InputError, RaceError, ReplayError, canonical_pretty
+
+EXIT_BAD_INPUT = 2
+
+
+def _engine(args: argparse.Namespace) -> object:
+    from race.engine import Engine, ensure_bundled_index, load_statistics
+
+    stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
+    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
+    return Engine.open(index, statistics=stats)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from race.indexing import build_index
+
+    bars: dict[str, tqdm] = {}
+
+    def report(backend: str, done: int, total: int) -> None:
+        bar = bars.get(backend)
+        if bar is None:
+            bar = bars[backend] = tqdm(total=total, desc=f"index {backend}", unit="chunk", file=sys.stderr, leave=True)
+        bar.update(done - bar.n)
+
+    try:
+        generations = build_index(Path(args.corpus), Path(args.out), report)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    for backend, generation in sorted(generations.items()):
+        print(f"{backend}\t{generation}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from planner import render_json, render_text
+    from race.engine import Engine
+
+    logical = Engine.parse(Path(args.plan))
+    engine = _engine(args)
+    assert isinstance(engine, Engine)
+    explain = engine.plan_sync(logical, where=args.plan)
+    sys.stdout.write(render_json(explain) if args.json else render_text(explain))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from race.engine import Engine
+    from race.render import receipt_json, receipt_text
+
+    logical = Engine.parse(Path(args.plan))
+    engine = _engine(args)
+    assert isinstance(engine, Engine)
+    receipt = engine.run_sync(logical, where=args.plan)
+    sys.stdout.write(receipt_json(receipt) if args.json else receipt_text(receipt))
+    return 0
+
+
+def cmd_rsc(args: argparse.Namespace) -> int:
+    from rsc import load_contract
+
+    if args.rsc_command == "validate":
+        contract = load_contract(Path(args.file))
+        print(f"ok {contract.ref} ({contract.backend}, mode {contract.mode})")
+        return 0
+    from race.engine import known_contracts
+
+    contracts = known_contracts()
+    if args.rsc_command == "list":
+        for c in contracts:
+            filters = ", ".join(f"{k}:{v.support.value}" for k, v in sorted(c.filters.items()))
+            print(
+                f"{c.ref:<34} {c.backend:<8} {c.mode:<22} {','.join(q.value for q in c.query_classes):<28}"
+                f" {c.coverage.claim.value}  [{filters}]"
+            )
+        return 0
+    matches = [c for c in contracts if c.rsc_id == args.rsc_id or c.ref == args.rsc_id]
+    if not matches:
+        raise InputError(f"no contract {args.rsc_id!r} (see `race rsc list`)", where="rsc show")
+    for c in matches:
+        sys.stdout.write(canonical_pretty(c) + "\n")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pydantic import BaseModel
+
+    from planner import Explain, LogicalPlan
+    from race.receipt import Receipt
+    from rsc import Contract
+
+    models: dict[str, type[BaseModel]] = {"plan": LogicalPlan, "rsc": Contract, "receipt": Receipt, "explain": Explain}
+    schema = models[args.document].model_json_schema()
+    sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from planner import render_text
+    from race.engine import SHOWCASE_PLAN, Engine, ensure_bundled_index
+    from race.render import receipt_text
+
+    cache = Path(args.cache_dir) if args.cache_dir else None
+    index = ensure_bundled_index(cache, quiet=False)
+    engine = Engine.open(index)
+    print(f"== index: {index}")
+    for backend, generation in engine.generations().items():
+        print(f"   {backend}: {generation}")
+    print(f"\n== race plan {SHOWCASE_PLAN.relative_to(SHOWCASE_PLAN.parents[2])} --explain\n")
+    explain = engine.plan_sync(SHOWCASE_PLAN)
+    sys.stdout.write(render_text(explain))
+    print("\n== race run (receipt)\n")
+    sys.stdout.write(receipt_text(engine.run_sync(SHOWCASE_PLAN)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="race", description="Physical-plan query engine for multi-backend retrieval.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
+    p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
+    p.add_argument("--out", required=True, help="index directory to create or replace")
+    p.set_defaults(func=cmd_index)
+
+    for name, func, helptext in (
+        ("plan", cmd_plan, "print the physical plan of a logical plan"),
+        ("run", cmd_run, "execute a logical plan and print the receipt"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("plan", help="logical plan JSON file")
+        p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+        p.add_argument("--json", action="store_true", help="canonical JSON output")
+        p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
+        if name == "plan":
+            p.add_argument(
+                "--explain", action="store_true", help="show memo groups, alternatives and reasons (default)"
+            )
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("rsc", help="the retrieval semantic contracts known, and their checks")
+    rsc_sub = p.add_subparsers(dest="rsc_command", required=True)
+    rsc_sub.add_parser("list", help="every known contract")
+    show = rsc_sub.add_parser("show", help="one contract as canonical JSON")
+    show.add_argument("rsc_id")
+    validate = rsc_sub.add_parser("validate", help="check one RSC file")
+    validate.add_argument("file")
+    p.set_defaults(func=cmd_rsc)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a document type")
+    p.add_argument("document", choices=["plan", "rsc", "receipt", "explain"])
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("demo", help="index the bundled corpus, explain and run the showcase plan")
+    p.add_argument("--cache-dir", help="where the demo index lives (default: $RACE_CACHE_DIR or ~/.cache/race)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (InputError, ReplayError) as exc:
+        print(f"race: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RaceError as exc:
+        print(f"race: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""The embedded engine: open an index, plan, run and replay, async with thin sync wrappers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+
+from backends import LOCAL_ADAPTERS, Adapter
+from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_from_dict
+from race.cache import PlanCache, ResultCache
+from race.executor import Executor, Lineage
+from race.indexing import build_index, read_manifest
+from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
+from race.receipt import Lineage as ReceiptLineage
+from rsc import Contract, Gap, ObligationStatus, fingerprint, weakest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+BUNDLED_CORPUS = FIXTURES / "corpus" / "docs"
+SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
+
+PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
+
+
+def default_cache_dir() -> Path:
+    if "RACE_CACHE_DIR" in os.environ:
+        return Path(os.environ["RACE_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "race"
+
+
+def bundled_index_dir(cache_dir: Path | None = None) -> Path:
+    return (cache_dir or default_cache_dir()) / "fixture-index"
+
+
+def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -> Path:
+    """The bundled fixture corpus indexed into the cache dir; rebuilt when the corpus changed."""
+    from backends import load_corpus
+
+    target = bundled_index_dir(cache_dir)
+    revision = load_corpus(BUNDLED_CORPUS).revision
+    try:
+        if read_manifest(target).get("corpus_revision") == revision and _complete(target):
+            return target
+    except Exception:
+        pass
+    if not quiet:
+        print(f"indexing the bundled fixture corpus into {target}", file=sys.stderr)
+    build_index(BUNDLED_CORPUS, target)
+    return target
+
+
+def _complete(index_dir: Path) -> bool:
+    manifest = read_manifest(index_dir)
+    built = manifest.get("backends")
+    return isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS)
+
+
+class Engine:
+    """Plans and runs logical plans over the backends of one index directory."""
+
+    def __init__(
+        self,
+        adapters: Mapping[str, Adapter],
+        *,
+        extra_contracts: Sequence[Contract] = (),
+        statistics: Statistics | None = None,
+        result_cache: ResultCache | None = None,
+    ) -> None:
+        self.adapters = dict(sorted(adapters.items()))
+        self._contracts = tuple(
+            sorted(
+                [c for a in self.adapters.values() for c in type(a).contracts()] + list(extra_contracts),
+                key=lambda c: (c.rsc_id, c.version),
+            )
+        )
+        self._statistics_override = statistics
+        self.plan_cache: PlanCache[Explain] = PlanCache()
+        self.result_cache = result_cache if result_cache is not None else ResultCache()
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, index_dir: Path, *, statistics: Statistics | None = None, cache_dir: Path | None = None) -> Engine:
+        manifest = read_manifest(index_dir)
+        built = manifest.get("backends", [])
+        adapters: dict[str, Adapter] = {}
+        for adapter in LOCAL_ADAPTERS:
+            if isinstance(built, list) and adapter.backend in built:
+                adapters[adapter.backend] = adapter.open(index_dir)
+        return cls(adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir))
+
+    @classmethod
+    def bundled(cls, cache_dir: Path | None = None) -> Engine:
+        return cls.open(ensure_bundled_index(cache_dir))
+
+    # -- facts -----------------------------------------------------------------------------
+
+    def contracts(self) -> tuple[Contract, ...]:
+        return self._contracts
+
+    def generations(self) -> dict[str, str]:
+        return {name: adapter.generation() for name, adapter in self.adapters.items()}
+
+    def statistics(self) -> Statistics:
+        if self._statistics_override is not None:
+            return self._statistics_override
+        return Statistics(backends={name: a.statistics() for name, a in self.adapters.items()})
+
+    def lineage(self) -> Lineage | None:
+        graph = self.adapters.get("graph")
+        if graph is not None and hasattr(graph, "origins") and hasattr(graph, "related"):
+            return cast(Lineage, graph)
+        return None
+
+    def models(self) -> tuple[dict[str, str | int], ...]:
+        out = []
+        for adapter in self.adapters.values():
+            identity = getattr(adapter, "model_identity", None)
+            if callable(identity):
+                out.append(dict(identity()))
+        return tuple(out)
+
+    # -- planning --------------------------------------------------------------------------
+
+    @staticmethod
+    def parse(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
+        if isinstance(plan, LogicalPlan):
+            return plan
+        if isinstance(plan, Path):
+            from rsc import PlanError
+
+            try:
+                data = plan.read_bytes()
+            except OSError as exc:
+                raise PlanError(f"cannot read: {exc.strerror}", where=str(plan)) from exc
+            return parse_plan(data, where=str(plan))
+        if isinstance(plan, str | bytes):
+            return parse_plan(plan, where=where)
+        return plan_from_dict(dict(plan), where=where)
+
+    def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
+        stats = self.statistics()
+        key = fingerprint({"plan": plan, "generations": dict(generations), "stats": stats.fingerprint})
+        cached = self.plan_cache.get(key)
+        if cached is not None:
+            return cached, True
+        explain = compile_plan(
+            plan, contracts=self._contracts, backend_generations=generations, stats=stats, where=where
+        )
+        self.plan_cache.put(key, explain)
+        return explain, False
+
+    async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
+        logical = self.parse(plan, where=where)
+        generations = await anyio.to_thread.run_sync(self.generations)
+        return self._plan(logical, generations, where)[0]
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, plan: PlanInput, *, where: str = "plan") -> Receipt:
+        started = time.monotonic()
+        logical = self.parse(plan, where=where)
+        generations = await anyio.to_thread.run_sync(self.generations)
+        explain, plan_hit = self._plan(logical, generations, where)
+        executor = Executor(
+            plan=logical,
+            explain=explain,
+            adapters=self.adapters,
+            generations=generations,
+            cache=self.result_cache,
+            lineage=self.lineage(),
+        )
+        root = await executor.run()
+        receipt = self._receipt(logical, explain, executor, root)
+        operational = Operational(
+            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
+            plan_cache="hit" if plan_hit else "miss",
+            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
+            calls=dict(sorted(executor.calls.items())),
+            result_cache=dict(executor.cache_counts),
+            model_calls_made=executor.model_calls_made,
+        )
+        return receipt.model_copy(update={"operational": operational})
+
+    def _receipt(self, plan: LogicalPlan, explain: Explain, executor: Executor, root: Any) -> Receipt:
+        obligations = tuple(executor.obligation_receipts[o.id] for o in sorted(plan.obligations, key=lambda o: o.id))
+        operators = tuple(executor.operator_receipts[k] for k in sorted(executor.operator_receipts))
+        gaps: dict[str, Gap] = {}
+        for gap in [g for o in obligations for g in o.gaps] + [g for op in operators for g in op.gaps]:
+            gaps[fingerprint(gap)] = gap
+        statuses = {s.value: sum(1 for o in obligations if o.status is s) for s in ObligationStatus}
+        oppositions = [o.opposition_coverage for o in operators if o.opposition_coverage is not None]
+        fps = explain.fingerprints
+        lineage_id = fingerprint({"plan": fps.plan, "mode": "live"})
+        return Receipt(
+            lineage=ReceiptLineage(id=lineage_id, mode="live"),
+            fingerprints=ReceiptFingerprints(
+                plan=fps.plan, physical=fps.physical, contracts=fps.contracts, backends=fps.backends, caller=fps.caller
+            ),
+            models=self.models(),
+            obligations=obligations,
+            operators=operators,
+            evidence=tuple(executor.evidence(root)),
+            coverage=CoverageSummary(
+                search_coverage=root.coverage,
+                support_closure=root.closure,
+                opposition_coverage=weakest(*oppositions) if oppositions else None,
+                statuses=statuses,
+            ),
+            gaps=tuple(sorted(gaps.values(), key=lambda g: (g.obligation, g.kind.value, g.backend or "", g.detail))),
+        ).with_evidence_fingerprint()
+
+    # -- sync wrappers ---------------------------------------------------------------------
+
+    def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
+        return anyio.run(lambda: self.plan(plan, where=where))
+
+    def run_sync(self, plan: PlanInput, *, where: str = "plan") -> Receipt:
+        return anyio.run(lambda: self.run(plan, where=where))
+
+
+def load_statistics(path: Path) -> Statistics:
+    from pydantic import ValidationError
+
+    from rsc import InputError, first_validation_error
+
+    try:
+        return Statistics.model_validate(json.loads(path.read_bytes()))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where=str(path)) from exc
+    except ValidationError as exc:
+        raise InputError(first_validation_error(exc), where=str(path)) from exc
+
+
+def known_contracts() -> tuple[Contract, ...]:
+    """Every contract shipped with the local adapters, sorted by id and version."""
+    return tuple(sorted((c for a in LOCAL_ADAPTERS for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)))

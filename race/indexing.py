@@ -1,0 +1,75 @@
+"""Building an index directory from a corpus: every local backend, then the manifest.
+
+The corpus is read and validated in full before anything is written, and the index is
+built in a sibling temporary directory that replaces the target only when every backend
+succeeded: bad input leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from backends import LOCAL_ADAPTERS, load_corpus
+from rsc import IndexMissingError, InputError
+
+INDEX_SCHEMA_VERSION = "race.index/1"
+MANIFEST = "race-index.json"
+
+Report = Callable[[str, int, int], None]
+
+
+def build_index(corpus_path: Path, out: Path, report: Report | None = None) -> dict[str, str]:
+    """Build every local backend's index of ``corpus_path`` into ``out``; return generations."""
+    corpus = load_corpus(corpus_path)
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", where=str(out))
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
+        raise InputError("is a non-empty directory that is not a RACE index; refusing to overwrite", where=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.building-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        generations: dict[str, str] = {}
+        for adapter in LOCAL_ADAPTERS:
+            name = adapter.backend
+
+            def progress(done: int, total: int, name: str = name) -> None:
+                if report:
+                    report(name, done, total)
+
+            generations[name] = adapter.build(corpus, staging, progress)
+        manifest = {
+            "schema_version": INDEX_SCHEMA_VERSION,
+            "corpus_revision": corpus.revision,
+            "chunks": len(corpus.chunks),
+            "documents": len(corpus.doc_ids),
+            "edges": len(corpus.edges),
+            "backends": sorted(generations),
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)
+    return generations
+
+
+def read_manifest(index_dir: Path) -> dict[str, object]:
+    path = index_dir / MANIFEST
+    if not index_dir.is_dir():
+        raise IndexMissingError(
+            "index directory does not exist (build one with `race index CORPUS --out DIR`)", where=str(index_dir)
+        )
+    if not path.exists():
+        raise IndexMissingError(f"no {MANIFEST}: not a RACE index directory", where=str(index_dir))
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or data.get("schema_version") != INDEX_SCHEMA_VERSION:
+        raise IndexMissingError(f"{MANIFEST} has an unknown schema_version", where=str(index_dir))
+    return data
