@@ -76,7 +76,7 @@ class Engine:
         self.adapters = dict(sorted(adapters.items()))
         self._contracts = tuple(
             sorted(
-                [c for a in self.adapters.values() for c in type(a).contracts()] + list(extra_contracts),
+                [c for a in self.adapters.values() for c in a.contracts()] + list(extra_contracts),
                 key=lambda c: (c.rsc_id, c.version),
             )
         )

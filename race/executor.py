@@ -472,7 +472,7 @@ class Executor:
         if not stale:
             return outcome
         current = [k for k in outcome.ranking if k not in stale]
-        detail = "; ".join(stale[k] for k in sorted(stale))
+        detail = "; ".join(sorted(set(stale.values())))
         outcome.gaps.append(
             _gap(
                 GapKind.STALE_EVIDENCE,
@@ -879,7 +879,7 @@ class Executor:
         ranking = list(child.ranking)
         closure = child.closure
         if stale:
-            detail = "; ".join(stale[k] for k in sorted(stale))
+            detail = "; ".join(sorted(set(stale.values())))
             if op.mode == "drop":
                 ranking = [k for k in ranking if k not in stale]
                 gaps.append(

@@ -155,7 +155,9 @@ def load_contract(path: Path) -> Contract:
 
 def first_validation_error(exc: ValidationError) -> str:
     """One line for the first pydantic error: the field path and what is wrong with it."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # An unknown field usually explains the other errors (a misspelt key is also "missing").
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(part) for part in err["loc"]) or "$"
     message = err["msg"]
     if err["type"] == "extra_forbidden":

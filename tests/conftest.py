@@ -1,0 +1,115 @@
+"""Shared fixtures: one index of the bundled corpus per test session, and adapters that
+inject delays or faults around a real backend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from backends import Adapter
+from race.engine import BUNDLED_CORPUS, Engine
+from race.indexing import build_index
+from rsc import BackendUnavailable, Contract, ScanRequest, ScanResult
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("index") / "fixture-index"
+    build_index(BUNDLED_CORPUS, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def session_engine(index_dir: Path) -> Engine:
+    return Engine.open(index_dir)
+
+
+@pytest.fixture
+def engine(index_dir: Path) -> Engine:
+    """A fresh engine (empty caches) over the session index."""
+    return Engine.open(index_dir)
+
+
+def load_plan(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / "plans" / name).read_text())
+    return data
+
+
+class WrappedAdapter(Adapter):
+    """A real adapter with per-obligation delays or failures injected in front of it."""
+
+    backend = "wrapped"
+
+    def __init__(
+        self,
+        inner: Adapter,
+        *,
+        delays: Mapping[str, float] | None = None,
+        failures: Mapping[str, Exception] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.backend = inner.backend  # type: ignore[misc]
+        self.delays = dict(delays or {})
+        self.failures = dict(failures or {})
+        self.calls: list[str] = []
+
+    def contracts(self) -> tuple[Contract, ...]:  # type: ignore[override]
+        return self.inner.contracts()
+
+    @classmethod
+    def build(cls, corpus: Any, index_dir: Path, progress: Any = None) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def open(cls, index_dir: Path) -> WrappedAdapter:
+        raise NotImplementedError
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def generation(self) -> str:
+        return self.inner.generation()
+
+    def statistics(self) -> Any:
+        return self.inner.statistics()
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        self.calls.append(request.obligation)
+        delay = self.delays.get(request.obligation, 0.0)
+        if delay:
+            await anyio.sleep(delay)
+        if request.obligation in self.failures:
+            raise self.failures[request.obligation]
+        return await self.inner.scan(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def wrapped_engine(base: Engine, **wrap: Any) -> tuple[Engine, dict[str, WrappedAdapter]]:
+    wrapped = {name: WrappedAdapter(adapter, **wrap) for name, adapter in base.adapters.items()}
+    return Engine(wrapped), wrapped
+
+
+def unavailable(message: str = "injected failure") -> Exception:
+    return BackendUnavailable(message, where="test")
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
