@@ -287,7 +287,7 @@ class Executor:
             return Outcome(ob.id, [], {}, SearchCoverage.UNKNOWN, SupportClosure.PARTIAL, gaps, failed=True), 0
         generation = self.generations.get(backend, "absent")
         cache_key = fingerprint({"request": request, "generation": generation, "caller": self.plan.generations})
-        result = self.cache.get(cache_key) if self.cache else None
+        result = self.cache.get(cache_key) if self.cache is not None else None
         cache_state = "hit" if result is not None else "miss"
         if result is None:
             remaining = self._remaining_ms()
