@@ -2,9 +2,10 @@
 
 from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
+from backends.graph import GraphAdapter
 from backends.tantivy import TantivyAdapter
 
-LOCAL_ADAPTERS: tuple[type[Adapter], ...] = (TantivyAdapter,)
+LOCAL_ADAPTERS: tuple[type[Adapter], ...] = (TantivyAdapter, GraphAdapter)
 """Adapters that `race index` builds and an engine opens from an index directory, in build order."""
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "Chunk",
     "Corpus",
     "Edge",
+    "GraphAdapter",
     "Progress",
     "TantivyAdapter",
     "custody_hit",

@@ -9,15 +9,16 @@ code but in the RSC files under ``<adapter package>/rsc/*.json``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
+
+from pydantic import TypeAdapter
 
 from backends.corpus import Corpus
 from rsc import (
     BackendStatistics,
     Contract,
-    Custody,
     Filter,
     Hit,
     ScanRequest,
@@ -65,6 +66,11 @@ class Adapter(ABC):
     def generation(self) -> str:
         """The current snapshot generation, read fresh (a new commit gives a new value)."""
 
+    async def current_generation(self) -> str:
+        """``generation()`` for the runtime. Local adapters read a small metadata file, cheaper
+        than a thread hop; an adapter whose generation needs network I/O overrides this."""
+        return self.generation()
+
     @abstractmethod
     async def scan(self, request: ScanRequest) -> ScanResult:
         """Answer one translated request. Blocking work goes through a worker thread."""
@@ -80,11 +86,68 @@ def request_fingerprint(request: ScanRequest) -> str:
     return fingerprint(request)
 
 
+_HITS = TypeAdapter(list[Hit])
+
+
+def custody_hits(
+    *,
+    request: ScanRequest,
+    contract_ref: str,
+    rows: Sequence[tuple[dict[str, Any], float]],
+    score_kind: ScoreKind,
+    index_identity: str,
+    generation: str,
+    corpus_revision: str,
+    keys: Sequence[str] | None = None,
+) -> list[Hit]:
+    """Hits with full custody from stored chunk rows (the fields ``Chunk`` has), in rank order.
+
+    What every hit of one scan shares (the request fingerprint, the filters as applied) is
+    computed once, and the whole list is validated in one call.
+    """
+    shared = {
+        "corpus_revision": corpus_revision,
+        "index_identity": index_identity,
+        "index_generation": generation,
+        "backend": request.backend,
+        "rsc": contract_ref,
+        "request": request_fingerprint(request),
+        "filters_pushed": tuple(f.describe() for f in request.pushed),
+        "filters_residual": tuple(f.describe() for f in request.residual),
+        "score_kind": score_kind,
+    }
+    raw = []
+    for rank, (chunk, score) in enumerate(rows, start=1):
+        raw.append(
+            {
+                "key": keys[rank - 1] if keys is not None else f"chunk:{chunk['chunk_id']}",
+                "doc_id": chunk["doc_id"],
+                "chunk_id": chunk["chunk_id"],
+                "title": chunk.get("title", ""),
+                "text": chunk.get("text", ""),
+                "metadata": chunk["metadata"],
+                "custody": {
+                    **shared,
+                    "source_path": chunk["source_path"],
+                    "line_start": chunk["line_start"],
+                    "line_end": chunk["line_end"],
+                    "char_start": chunk.get("char_start"),
+                    "char_end": chunk.get("char_end"),
+                    "source_hash": chunk["source_hash"],
+                    "chunk_id": chunk["chunk_id"],
+                    "rank": rank,
+                    "score": score,
+                },
+            }
+        )
+    return _HITS.validate_python(raw)
+
+
 def custody_hit(
     *,
     request: ScanRequest,
     contract_ref: str,
-    chunk: dict[str, object],
+    chunk: dict[str, Any],
     rank: int,
     score: float,
     score_kind: ScoreKind,
@@ -93,37 +156,18 @@ def custody_hit(
     corpus_revision: str,
     key: str | None = None,
 ) -> Hit:
-    """A hit with full custody from a stored chunk row (the fields ``Chunk`` has)."""
-    metadata = chunk["metadata"]
-    assert isinstance(metadata, dict)
-    return Hit(
-        key=key or f"chunk:{chunk['chunk_id']}",
-        doc_id=str(chunk["doc_id"]),
-        chunk_id=str(chunk["chunk_id"]),
-        title=str(chunk.get("title", "")),
-        text=str(chunk.get("text", "")),
-        metadata=metadata,
-        custody=Custody(
-            source_path=str(chunk["source_path"]),
-            line_start=int(str(chunk["line_start"])),
-            line_end=int(str(chunk["line_end"])),
-            char_start=int(str(chunk["char_start"])),
-            char_end=int(str(chunk["char_end"])),
-            source_hash=str(chunk["source_hash"]),
-            chunk_id=str(chunk["chunk_id"]),
-            corpus_revision=corpus_revision,
-            index_identity=index_identity,
-            index_generation=generation,
-            backend=request.backend,
-            rsc=contract_ref,
-            request=request_fingerprint(request),
-            filters_pushed=tuple(f.describe() for f in request.pushed),
-            filters_residual=tuple(f.describe() for f in request.residual),
-            rank=rank,
-            score=score,
-            score_kind=score_kind,
-        ),
-    )
+    """One hit with full custody; ``custody_hits`` is the batch form."""
+    hit = custody_hits(
+        request=request,
+        contract_ref=contract_ref,
+        rows=[(chunk, score)],
+        score_kind=score_kind,
+        index_identity=index_identity,
+        generation=generation,
+        corpus_revision=corpus_revision,
+        keys=[key] if key is not None else None,
+    )[0]
+    return hit.model_copy(update={"custody": hit.custody.model_copy(update={"rank": rank})})
 
 
 def apply_residual(filters: tuple[Filter, ...], metadata: dict[str, object]) -> bool:

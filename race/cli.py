@@ -19,7 +19,8 @@ def _engine(args: argparse.Namespace) -> object:
 
     stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
     index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
-    return Engine.open(index, statistics=stats)
+    remotes = tuple(getattr(args, "remote", None) or ())
+    return Engine.open(index, statistics=stats, remotes=remotes, remote_timeout=args.remote_timeout)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -64,8 +65,51 @@ def cmd_run(args: argparse.Namespace) -> int:
     logical = Engine.parse(Path(args.plan))
     engine = _engine(args)
     assert isinstance(engine, Engine)
-    receipt = engine.run_sync(logical, where=args.plan)
+    retain = Path(args.retain) if args.retain else None
+    receipt = engine.run_sync(logical, where=args.plan, retain=retain)
     sys.stdout.write(receipt_json(receipt) if args.json else receipt_text(receipt))
+    if retain is not None:
+        from race.retain import receipt_path
+
+        where = receipt_path(retain, receipt)
+        print(f"race: retained {len(receipt.retained)} artifacts; receipt {where}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from race.engine import Engine
+    from race.render import receipt_json, receipt_text
+
+    receipt = Engine({}).replay_sync(Path(args.receipt), Path(args.retained))
+    sys.stdout.write(receipt_json(receipt) if args.json else receipt_text(receipt))
+    print(
+        f"race: replayed {receipt.operational.replayed_artifacts} artifacts; normalized receipt identical "
+        f"(lineage {receipt.lineage.id}, parent {receipt.lineage.parent})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from race.serve import Faults, loopback_host, serve
+
+    loopback_host(args.host)
+    if args.fault_status is not None and not 400 <= args.fault_status <= 599:
+        raise InputError(f"{args.fault_status} is not an HTTP error status (400-599)", where="--fault-status")
+    faults = Faults(
+        delay_ms=args.fault_delay_ms,
+        status=args.fault_status,
+        truncate=args.fault_truncate,
+        drop=args.fault_drop,
+        first=args.fault_first,
+    )
+
+    def announce(url: str) -> None:
+        print(url, flush=True)
+        note = f"race serve: {args.index} on {url} (faults: {faults.describe()}); SIGTERM or Ctrl-C stops"
+        print(note, file=sys.stderr)
+
+    serve(Path(args.index), host=args.host, port=args.port, faults=faults, announce=announce)
     return 0
 
 
@@ -145,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
         p.add_argument("--json", action="store_true", help="canonical JSON output")
         p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
+        p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
+        p.add_argument("--remote-timeout", type=float, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
+        if name == "run":
+            p.add_argument("--retain", metavar="DIR", help="keep every leg's response as an artifact for replay")
         if name == "plan":
             p.add_argument(
                 "--explain", action="store_true", help="show memo groups, alternatives and reasons (default)"
@@ -163,6 +211,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema of a document type")
     p.add_argument("document", choices=["plan", "rsc", "receipt", "explain"])
     p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("replay", help="reproduce a retained run's receipt from its artifacts only (no network)")
+    p.add_argument("receipt", help="the receipt JSON of a `race run --retain` run")
+    p.add_argument("--retained", required=True, metavar="DIR", help="the retention directory of that run")
+    p.add_argument("--json", action="store_true", help="canonical JSON output")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("serve", help="serve an index's contracts over HTTP on loopback (race.remote/1)")
+    p.add_argument("--index", required=True, help="index directory built by `race index`")
+    p.add_argument("--port", type=int, default=0, help="TCP port (0: an ephemeral port, printed on stdout)")
+    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (only 127.0.0.0/8)")
+    faults = p.add_argument_group("fault injection (tests only; off by default; POST /v1/scan only)")
+    faults.add_argument("--fault-delay-ms", type=int, default=0, metavar="N", help="wait N ms before answering")
+    faults.add_argument("--fault-status", type=int, metavar="CODE", help="answer with this HTTP error status")
+    faults.add_argument("--fault-truncate", action="store_true", help="send only half the body, then close")
+    faults.add_argument("--fault-drop", action="store_true", help="close the connection without answering")
+    faults.add_argument("--fault-first", type=int, default=0, metavar="N", help="fault only the first N scans")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("demo", help="index the bundled corpus, explain and run the showcase plan")
     p.add_argument("--cache-dir", help="where the demo index lives (default: $RACE_CACHE_DIR or ~/.cache/race)")

@@ -22,7 +22,7 @@ from race.receipt import Lineage as ReceiptLineage
 from rsc import Contract, Gap, ObligationStatus, fingerprint, weakest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-BUNDLED_CORPUS = FIXTURES / "corpus" / "docs"
+BUNDLED_CORPUS = FIXTURES / "corpus"
 SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
@@ -81,19 +81,31 @@ class Engine:
             )
         )
         self._statistics_override = statistics
+        self._statistics_fp: str | None = None
         self.plan_cache: PlanCache[Explain] = PlanCache()
         self.result_cache = result_cache if result_cache is not None else ResultCache()
 
     # -- construction ----------------------------------------------------------------------
 
     @classmethod
-    def open(cls, index_dir: Path, *, statistics: Statistics | None = None, cache_dir: Path | None = None) -> Engine:
+    def open(
+        cls,
+        index_dir: Path,
+        *,
+        statistics: Statistics | None = None,
+        cache_dir: Path | None = None,
+        remotes: Sequence[str] = (),
+        remote_timeout: float = 5.0,
+    ) -> Engine:
+        """The local backends of ``index_dir`` and, for each base URL in ``remotes``, a
+        ``race serve`` server's contracts (backend ``remote``; one server per engine)."""
         manifest = read_manifest(index_dir)
         built = manifest.get("backends", [])
         adapters: dict[str, Adapter] = {}
         for adapter in LOCAL_ADAPTERS:
             if isinstance(built, list) and adapter.backend in built:
                 adapters[adapter.backend] = adapter.open(index_dir)
+        adapters.update(connect_remotes(remotes, timeout=remote_timeout))
         return cls(adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir))
 
     @classmethod
@@ -108,10 +120,29 @@ class Engine:
     def generations(self) -> dict[str, str]:
         return {name: adapter.generation() for name, adapter in self.adapters.items()}
 
+    async def current_generations(self) -> dict[str, str]:
+        """Every backend's generation, read fresh for each plan and run (I6)."""
+        found: dict[str, str] = {}
+
+        async def one(name: str, adapter: Adapter) -> None:
+            found[name] = await adapter.current_generation()
+
+        async with anyio.create_task_group() as tg:
+            for name, adapter in self.adapters.items():
+                tg.start_soon(one, name, adapter)
+        return dict(sorted(found.items()))
+
     def statistics(self) -> Statistics:
-        if self._statistics_override is not None:
-            return self._statistics_override
-        return Statistics(backends={name: a.statistics() for name, a in self.adapters.items()})
+        if self._statistics_override is None:
+            # Adapters report statistics of the index they opened; they are read once.
+            self._statistics_override = Statistics(backends={n: a.statistics() for n, a in self.adapters.items()})
+            self._statistics_fp = self._statistics_override.fingerprint
+        return self._statistics_override
+
+    def statistics_fingerprint(self) -> str:
+        if self._statistics_fp is None:
+            self._statistics_fp = self.statistics().fingerprint
+        return self._statistics_fp
 
     def lineage(self) -> Lineage | None:
         graph = self.adapters.get("graph")
@@ -146,11 +177,11 @@ class Engine:
         return plan_from_dict(dict(plan), where=where)
 
     def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
-        stats = self.statistics()
-        key = fingerprint({"plan": plan, "generations": dict(generations), "stats": stats.fingerprint})
+        key = fingerprint({"plan": plan, "generations": dict(generations), "stats": self.statistics_fingerprint()})
         cached = self.plan_cache.get(key)
         if cached is not None:
             return cached, True
+        stats = self.statistics()
         explain = compile_plan(
             plan, contracts=self._contracts, backend_generations=generations, stats=stats, where=where
         )
@@ -159,26 +190,34 @@ class Engine:
 
     async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         logical = self.parse(plan, where=where)
-        generations = await anyio.to_thread.run_sync(self.generations)
+        generations = await self.current_generations()
         return self._plan(logical, generations, where)[0]
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self, plan: PlanInput, *, where: str = "plan") -> Receipt:
+    async def run(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
+        """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
+        that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt."""
+        from race.retain import RunRecorder
+
         started = time.monotonic()
         logical = self.parse(plan, where=where)
-        generations = await anyio.to_thread.run_sync(self.generations)
+        generations = await self.current_generations()
         explain, plan_hit = self._plan(logical, generations, where)
+        recorder = RunRecorder(self.adapters, self.lineage(), retain=retain)
         executor = Executor(
             plan=logical,
             explain=explain,
-            adapters=self.adapters,
+            adapters=recorder.adapters,
             generations=generations,
-            cache=self.result_cache,
-            lineage=self.lineage(),
+            cache=self.result_cache if retain is None else None,
+            lineage=recorder.relations,
         )
         root = await executor.run()
         receipt = self._receipt(logical, explain, executor, root)
+        receipt = recorder.finish(
+            receipt, plan=logical, explain=explain, legs=executor.legs, generations=generations, models=self.models()
+        )
         operational = Operational(
             wall_ms=round((time.monotonic() - started) * 1000.0, 3),
             plan_cache="hit" if plan_hit else "miss",
@@ -187,9 +226,46 @@ class Engine:
             result_cache=dict(executor.cache_counts),
             model_calls_made=executor.model_calls_made,
         )
-        return receipt.model_copy(update={"operational": operational})
+        receipt = receipt.model_copy(update={"operational": operational})
+        await recorder.commit(receipt)
+        return receipt
 
-    def _receipt(self, plan: LogicalPlan, explain: Explain, executor: Executor, root: Any) -> Receipt:
+    async def replay(self, receipt: Receipt | Path, retained: Path) -> Receipt:
+        """Re-execute a retained run's recorded physical plan from its artifacts only (I8): no
+        network, no index, no result cache. Fails closed (``ReplayError``) on a missing or
+        altered artifact, or if the replayed normalized receipt differs from the recorded one."""
+        from race.replay import ReplaySession, load_receipt
+
+        started = time.monotonic()
+        recorded = load_receipt(receipt) if isinstance(receipt, Path) else receipt
+        session = await anyio.to_thread.run_sync(ReplaySession.open, recorded, retained)
+        executor = Executor(
+            plan=session.plan,
+            explain=session.explain,
+            adapters=session.adapters(),
+            generations=session.generations,
+            cache=None,
+            lineage=session.relations(),
+        )
+        root = await executor.run()
+        replayed = session.finish(self._receipt(session.plan, session.explain, executor, root, models=session.models))
+        operational = Operational(
+            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
+            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
+            calls=dict(sorted(executor.calls.items())),
+            replayed_artifacts=len(session.used),
+        )
+        return replayed.model_copy(update={"operational": operational})
+
+    def _receipt(
+        self,
+        plan: LogicalPlan,
+        explain: Explain,
+        executor: Executor,
+        root: Any,
+        *,
+        models: tuple[dict[str, str | int], ...] | None = None,
+    ) -> Receipt:
         obligations = tuple(executor.obligation_receipts[o.id] for o in sorted(plan.obligations, key=lambda o: o.id))
         operators = tuple(executor.operator_receipts[k] for k in sorted(executor.operator_receipts))
         gaps: dict[str, Gap] = {}
@@ -204,7 +280,7 @@ class Engine:
             fingerprints=ReceiptFingerprints(
                 plan=fps.plan, physical=fps.physical, contracts=fps.contracts, backends=fps.backends, caller=fps.caller
             ),
-            models=self.models(),
+            models=self.models() if models is None else models,
             obligations=obligations,
             operators=operators,
             evidence=tuple(executor.evidence(root)),
@@ -222,8 +298,29 @@ class Engine:
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         return anyio.run(lambda: self.plan(plan, where=where))
 
-    def run_sync(self, plan: PlanInput, *, where: str = "plan") -> Receipt:
-        return anyio.run(lambda: self.run(plan, where=where))
+    def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
+        return anyio.run(lambda: self.run(plan, where=where, retain=retain))
+
+    def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
+        return anyio.run(lambda: self.replay(receipt, retained))
+
+
+def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
+    """Remote adapters by backend name. Every remote contract names the one backend ``remote``,
+    so an engine reaches at most one server."""
+    from backends.remote import RemoteAdapter
+    from rsc import InputError
+
+    if len(urls) > 1:
+        raise InputError(
+            f"{len(urls)} remotes given; the remote contracts name one backend 'remote', so an engine reaches "
+            "one server",
+            where="--remote",
+        )
+    adapters: dict[str, Adapter] = {}
+    for url in urls:
+        adapters[RemoteAdapter.backend] = RemoteAdapter.connect(url, timeout=timeout)
+    return adapters
 
 
 def load_statistics(path: Path) -> Statistics:

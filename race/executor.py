@@ -311,7 +311,9 @@ class Executor:
                 async with self._limiters[backend]:
                     with anyio.fail_after(timeout_ms / 1000.0):
                         result = await adapter.scan(request)
-            except TimeoutError:
+            except TimeoutError as exc:
+                # A replayed deadline carries the live run's verdict; replay never re-measures time.
+                plan_bound = bool(getattr(exc, "plan_bound", plan_bound))
                 kind = GapKind.CANCELLED if plan_bound else GapKind.TIMEOUT
                 why = (
                     f"cancelled at the plan deadline ({self.plan.budget.deadline_ms} ms)"

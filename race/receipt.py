@@ -1,8 +1,9 @@
 """The receipt: normalized evidence and exactly what was and was not searched.
 
-``normalized_bytes`` is the canonical JSON of everything but ``lineage`` and
+``normalized_bytes`` is the canonical JSON of everything but ``lineage``, ``retained`` and
 ``operational``: it depends only on the inputs, never on timing or completion order (I5),
-and replay reproduces it byte for byte (I8).
+and replay reproduces it byte for byte (I8). ``retained`` is left out with the lineage it
+belongs to: its artifact digests include retrieval times.
 """
 
 from __future__ import annotations
@@ -123,13 +124,13 @@ class Receipt(Record):
     operational: Operational = Operational()
 
     def normalized(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"lineage", "operational"})
+        return self.model_dump(mode="json", exclude={"lineage", "retained", "operational"})
 
     def normalized_bytes(self) -> bytes:
         return canonical_json(self.normalized())
 
     def with_evidence_fingerprint(self) -> Receipt:
-        body = self.model_dump(mode="json", exclude={"lineage", "operational"})
+        body = self.model_dump(mode="json", exclude={"lineage", "retained", "operational"})
         body["fingerprints"].pop("evidence", None)
         fps = self.fingerprints.model_copy(update={"evidence": fingerprint(body)})
         return self.model_copy(update={"fingerprints": fps})

@@ -21,33 +21,50 @@ from rsc.errors import CanonicalError
 _FLOAT_DIGITS = 12
 
 
+def _float(value: float, where: str) -> float | int:
+    if not math.isfinite(value):
+        raise CanonicalError(f"{where}: non-finite number {value!r} cannot be canonical")
+    rounded = float(f"{value:.{_FLOAT_DIGITS}g}")
+    if rounded == 0.0:
+        return 0
+    if rounded.is_integer() and abs(rounded) < 2**53:
+        return int(rounded)
+    return rounded
+
+
 def _normalize(value: Any, where: str) -> Any:
-    if isinstance(value, BaseModel):
-        return _normalize(value.model_dump(mode="json"), where)
-    if value is None or isinstance(value, bool | str):
+    # Dispatch on the exact type first: receipts hold tens of thousands of plain values and
+    # this walk is on the hot path of every fingerprint.
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
         return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise CanonicalError(f"{where}: non-finite number {value!r} cannot be canonical")
-        rounded = float(f"{value:.{_FLOAT_DIGITS}g}")
-        if rounded == 0.0:
-            return 0
-        if rounded.is_integer() and abs(rounded) < 2**53:
-            return int(rounded)
-        return rounded
-    if isinstance(value, Mapping):
+    if kind is float:
+        return _float(value, where)
+    if kind is dict:
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if not isinstance(key, str):
+            if type(key) is not str:
                 raise CanonicalError(f"{where}: non-string key {key!r}")
-            out[key] = _normalize(item, f"{where}.{key}")
+            t = type(item)
+            out[key] = item if (t is str or t is int or t is bool or item is None) else _normalize(item, where)
         return out
-    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
-        return [_normalize(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if kind is list or kind is tuple:
+        return [
+            item if (type(item) is str or type(item) is int) else _normalize(item, where)
+            for item in value
+        ]
+    if isinstance(value, BaseModel):
+        return _normalize(value.model_dump(mode="json"), where)
+    if isinstance(value, bool | str | int):
+        return value
+    if isinstance(value, float):
+        return _float(value, where)
+    if isinstance(value, Mapping):
+        return _normalize(dict(value), where)
     if isinstance(value, set | frozenset):
         raise CanonicalError(f"{where}: sets have no canonical order; sort them first")
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        return _normalize(list(value), where)
     raise CanonicalError(f"{where}: {type(value).__name__} is not JSON data")
 
 

@@ -33,7 +33,7 @@ def test_showcase_runs_with_zero_model_calls_on_symbolic_paths(engine: Engine) -
             c = hit.custody
             assert c.source_hash.startswith("sha256:") and c.line_start <= c.line_end
             assert c.rsc.startswith("tantivy.") and c.index_generation.startswith("tantivy:")
-            source = (FIXTURES / "corpus" / "docs" / c.source_path).read_text()
+            source = (FIXTURES / "corpus" / c.source_path).read_text()
             assert source[c.char_start : c.char_end] == hit.text
 
 

@@ -64,7 +64,9 @@ EDGES: list[tuple[str, str, str]] = [
 ]
 
 
-def write_corpus(root: Path, edges: list[tuple[str, str, str]] = EDGES, docs: dict[str, dict[str, str]] = DOCS) -> Corpus:
+def write_corpus(
+    root: Path, edges: list[tuple[str, str, str]] = EDGES, docs: dict[str, dict[str, str]] = DOCS
+) -> Corpus:
     (root / "docs").mkdir(parents=True, exist_ok=True)
     for doc_id, meta in docs.items():
         front = "".join(f"{k}: {v}\n" for k, v in meta.items())
@@ -164,7 +166,11 @@ async def test_dependency_query_is_exact_with_no_model_call(adapter: GraphAdapte
     assert result.gaps == () and result.exhausted and result.total_matches == 5
     check_order(result)
     upstream = await adapter.scan(
-        request("graph.traverse", entities=("entity:lib-c",), pattern=GraphPattern(relations=("depends_on",), direction="in", depth=8))
+        request(
+            "graph.traverse",
+            entities=("entity:lib-c",),
+            pattern=GraphPattern(relations=("depends_on",), direction="in", depth=8),
+        )
     )
     assert reached(upstream) == {"entity:lib-b": 1, "entity:lib-d": 1, "entity:lib-a": 2, "entity:app": 2}
 
@@ -182,7 +188,7 @@ async def test_traversal_matches_networkx_on_a_random_graph(tmp_path: Path, dire
     for relations in ((), ("cites", "depends_on")):
         for depth in (1, 2, 3):
             seeds = ["d000", "d007", "entity:e03"]
-            pattern = GraphPattern(relations=relations, direction=direction, depth=depth)  # type: ignore[arg-type]
+            pattern = GraphPattern(relations=relations, direction=direction, depth=depth)
             result = await graph_adapter.scan(request("graph.traverse", ids=tuple(seeds), pattern=pattern, k=10_000))
             expected = oracle(graph_adapter.graph, seeds, set(relations) or None, direction, depth)
             assert reached(result) == expected
@@ -195,7 +201,9 @@ async def test_neighbours_by_relation_and_direction(adapter: GraphAdapter) -> No
     )
     assert reached(citing) == {"guide-1": 1, "guide-2": 1}
     cited = await adapter.scan(
-        request("graph.neighbors", ids=("guide-2",), pattern=GraphPattern(relations=("cites",), direction="out", depth=3))
+        request(
+            "graph.neighbors", ids=("guide-2",), pattern=GraphPattern(relations=("cites",), direction="out", depth=3)
+        )
     )
     assert reached(cited) == {"adr-1": 1, "adr-2": 1}, "neighbours are one hop whatever the depth"
     around = await adapter.scan(request("graph.neighbors", ids=("adr-1",), pattern=GraphPattern(direction="both")))
@@ -302,7 +310,11 @@ def test_reposts_share_an_origin_and_independent_documents_do_not(adapter: Graph
 
 def test_origin_is_smallest_root_of_the_component(tmp_path: Path) -> None:
     docs = {d: {"doc_type": "blog"} for d in ("a-copy", "b-root", "c-root", "d-copy-of-copy")}
-    edges = [("a-copy", "c-root", "derived_from"), ("a-copy", "b-root", "derived_from"), ("d-copy-of-copy", "a-copy", "derived_from")]
+    edges = [
+        ("a-copy", "c-root", "derived_from"),
+        ("a-copy", "b-root", "derived_from"),
+        ("d-copy-of-copy", "a-copy", "derived_from"),
+    ]
     corpus = write_corpus(tmp_path / "corpus", edges=edges, docs=docs)
     GraphAdapter.build(corpus, tmp_path / "index")
     origins = GraphAdapter.open(tmp_path / "index").origins(list(docs))

@@ -16,7 +16,7 @@ from typing import Any, Self
 import anyio.to_thread
 import tantivy
 
-from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
+from backends.base import Adapter, Progress, custody_hits, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Corpus
 from rsc import (
     BackendStatistics,
@@ -27,7 +27,6 @@ from rsc import (
     Gap,
     GapKind,
     GapSeverity,
-    Hit,
     IndexMissingError,
     ScanRequest,
     ScanResult,
@@ -170,23 +169,33 @@ class TantivyAdapter(Adapter):
                 ]
             )
         searcher = self._index.searcher()
-        # An exact set is cut in chunk-id order, so the whole match set is read first; a ranked
-        # list reads past k so that ties at the cut are broken by chunk id, not by segment order.
+        # An exact set is cut in chunk-id order, so the whole match set is read; a ranked
+        # list reads past k so that ties at the cut are broken by chunk id, not segment order.
         limit = _EXACT_SET_CAP if kind is ScoreKind.EXACT_MATCH else 2 * request.k + 8
         try:
             found = searcher.search(query, limit=limit, count=True)
         except ValueError as exc:
             raise BackendUnavailable(f"tantivy search failed: {exc}", where=request.rsc_id) from exc
-        rows = []
-        for score, address in found.hits:
-            row = json.loads(searcher.doc(address)["row"][0])
-            rows.append((float(score), row))
+        scored = sorted(((float(score), address) for score, address in found.hits), key=lambda p: -p[0])
+        if kind is not ScoreKind.EXACT_MATCH and len(scored) > request.k:
+            # Only documents that can still make the cut (ties with the k-th score) are read.
+            cut = scored[request.k - 1][0]
+            scored = [p for p in scored if p[0] >= cut]
+        rows = [(score, json.loads(searcher.doc(address)["row"][0])) for score, address in scored]
         if kind is ScoreKind.EXACT_MATCH:
             rows.sort(key=lambda r: str(r[1]["chunk_id"]))
         else:
             rows.sort(key=lambda r: (-r[0], str(r[1]["chunk_id"])))
         rows = rows[: request.k]
-        hits = [self._hit(request, row, rank, score, kind, generation) for rank, (score, row) in enumerate(rows, 1)]
+        hits = custody_hits(
+            request=request,
+            contract_ref=f"{request.rsc_id}@{request.rsc_version}",
+            rows=[(row, score) for score, row in rows],
+            score_kind=kind,
+            index_identity=self.identity,
+            generation=generation,
+            corpus_revision=self._corpus_revision,
+        )
         count = getattr(found, "count", None)
         total = int(count) if count is not None else len(hits)
         gaps: list[Gap] = []
@@ -202,21 +211,6 @@ class TantivyAdapter(Adapter):
             )
         return ScanResult(
             hits=tuple(hits), gaps=tuple(gaps), generation=generation, total_matches=total, exhausted=total <= len(hits)
-        )
-
-    def _hit(
-        self, request: ScanRequest, row: dict[str, Any], rank: int, score: float, kind: ScoreKind, generation: str
-    ) -> Hit:
-        return custody_hit(
-            request=request,
-            contract_ref=f"{request.rsc_id}@{request.rsc_version}",
-            chunk=row,
-            rank=rank,
-            score=score,
-            score_kind=kind,
-            index_identity=self.identity,
-            generation=generation,
-            corpus_revision=self._corpus_revision,
         )
 
     def _terms(self, text: str) -> list[str]:

@@ -1,0 +1,388 @@
+"""The graph adapter: exact structural answers over documents, entities and typed edges.
+
+It serves three contracts (``rsc/*.json`` beside this package): node identity, one-hop
+neighbours by relation and direction, and bounded k-hop traversal. Every answer is the
+exact set of nodes within the walk's bound, ordered by hop count then node id, with no
+model call. A walk that meets its node budget stops and says so in a ``resource_limited``
+gap (I17). For the runtime, not the planner, it also answers source-dependence questions:
+the origin component of each document (I13) and one-relation joins.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Self
+
+import anyio.to_thread
+from pydantic import TypeAdapter
+
+from backends.base import Adapter, Progress, load_contracts_beside, request_fingerprint
+from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
+from backends.graph.store import (
+    DOCUMENT,
+    ENTITY_PREFIX,
+    GRAPH_FILE,
+    check_graph,
+    generation_of,
+    graph_from_corpus,
+    lineage_edges,
+    origin_components,
+    read_graph,
+    write_graph,
+)
+from backends.graph.traverse import Direction, Reach, bounded_reach
+from rsc import (
+    BackendStatistics,
+    BackendUnavailable,
+    Contract,
+    Gap,
+    GapKind,
+    GapSeverity,
+    GraphPattern,
+    Hit,
+    InputError,
+    ScanRequest,
+    ScanResult,
+    ScoreKind,
+    fingerprint,
+)
+
+_DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
+
+
+class _Snapshot:
+    """One loaded generation of the graph; scans hold one for their whole run."""
+
+    def __init__(self, graph: Any, generation: str, corpus_revision: str, stamp: tuple[int, int, int] | None) -> None:
+        self.graph = graph
+        self.generation = generation
+        self.corpus_revision = corpus_revision
+        self.identity = f"graph:{corpus_revision}"
+        self.stamp = stamp
+        source = graph.graph["edges_source"]
+        self.edges_path = str(source["path"])
+        self.edges_hash = str(source["source_hash"])
+
+    @cached_property
+    def origins(self) -> dict[str, str]:
+        return origin_components(self.graph)
+
+    @cached_property
+    def lineage_generation(self) -> str:
+        return "graph-lineage:" + fingerprint([list(edge) for edge in lineage_edges(self.graph)])
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    stat = os.stat(path)
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+class GraphAdapter(Adapter):
+    backend = "graph"
+
+    def __init__(self, snapshot: _Snapshot, *, path: Path | None = None) -> None:
+        self._snapshot = snapshot
+        self._path = path
+        self._reload_lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    def contracts(cls) -> tuple[Contract, ...]:
+        return _CONTRACTS
+
+    @classmethod
+    def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
+        graph = graph_from_corpus(corpus, progress)
+        return write_graph(graph, index_dir / cls.backend, corpus_revision=corpus.revision)
+
+    @classmethod
+    def open(cls, index_dir: Path) -> Self:
+        path = index_dir / cls.backend / GRAPH_FILE
+        stamp = _stamp(path) if path.is_file() else None
+        graph, generation, revision = read_graph(path)
+        return cls(_Snapshot(graph, generation, revision, stamp), path=path)
+
+    @classmethod
+    def from_graph(cls, graph: Any, *, corpus_revision: str = "in-memory") -> Self:
+        """An adapter over a graph already in memory, laid out as ``backends.graph.store`` says.
+
+        The graph is used as is, not copied: mutating it afterwards leaves the generation stale.
+        """
+        check_graph(graph)
+        return cls(_Snapshot(graph, generation_of(graph), corpus_revision, None))
+
+    @property
+    def identity(self) -> str:
+        return self._snapshot.identity
+
+    @property
+    def graph(self) -> Any:
+        """The networkx graph of the current snapshot (read-only by agreement)."""
+        return self._current().graph
+
+    def generation(self) -> str:
+        """The generation of ``graph.json`` as it is now; a rebuilt file is loaded first."""
+        return self._current().generation
+
+    def _current(self) -> _Snapshot:
+        snapshot = self._snapshot
+        if self._path is None:
+            return snapshot
+        try:
+            stamp = _stamp(self._path)
+        except FileNotFoundError as exc:
+            raise BackendUnavailable("graph index file vanished after open", where=str(self._path)) from exc
+        if stamp == snapshot.stamp:
+            return snapshot
+        with self._reload_lock:
+            if self._snapshot.stamp != stamp:
+                graph, generation, revision = read_graph(self._path)
+                self._snapshot = _Snapshot(graph, generation, revision, stamp)
+            return self._snapshot
+
+    def statistics(self) -> BackendStatistics:
+        graph = self._current().graph
+        counts: dict[str, dict[str, int]] = {}
+        for _, attrs in graph.nodes(data=True):
+            if attrs["kind"] != DOCUMENT:
+                continue
+            for field in METADATA_FIELDS:
+                if field in attrs["metadata"]:
+                    value = str(attrs["metadata"][field])
+                    counts.setdefault(field, {}).setdefault(value, 0)
+                    counts[field][value] += 1
+        ordered = {f: dict(sorted(v.items())) for f, v in sorted(counts.items())}
+        return BackendStatistics(backend=self.backend, rows=graph.number_of_nodes(), value_counts=ordered)
+
+    # -- source dependence, for the runtime ---------------------------------------------------
+
+    def origins(self, node_ids: Sequence[str]) -> dict[str, str]:
+        """Each id -> the id of its origin component over ``derived_from`` edges (I13).
+
+        Two documents with the same origin id are not independent sources. An id with no
+        lineage edge, known or not, is its own origin: nothing says it was copied.
+        """
+        origins = self._current().origins
+        return {node: origins.get(node, node) for node in sorted(set(node_ids))}
+
+    def source_dependence_generation(self) -> str:
+        """A fingerprint of the lineage subgraph: it changes exactly when ``origins`` can."""
+        return self._current().lineage_generation
+
+    def related(self, ids: Sequence[str], relation: str, direction: str = "out") -> dict[str, tuple[str, ...]]:
+        """Each id -> the ids one ``relation`` edge away in ``direction`` (sorted); unknown ids map to ()."""
+        relations = _relations((relation,), where="related")
+        if direction not in _DIRECTIONS:
+            raise InputError(f"direction must be one of {', '.join(_DIRECTIONS)}, not {direction!r}", where="related")
+        graph = self._current().graph
+        out: dict[str, tuple[str, ...]] = {}
+        for node in sorted(set(ids)):
+            if node not in graph:
+                out[node] = ()
+                continue
+            found = bounded_reach(
+                graph, (node,), relations=relations, direction=direction, depth=1, node_budget=graph.number_of_nodes()
+            )
+            out[node] = found.layers[1] if len(found.layers) > 1 else ()
+        return out
+
+    # -- scans --------------------------------------------------------------------------------
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        return await anyio.to_thread.run_sync(self._scan, request)
+
+    def _scan(self, request: ScanRequest) -> ScanResult:
+        contract = _BY_ID.get(request.rsc_id)
+        if contract is None or contract.mode != request.mode or contract.version != request.rsc_version:
+            raise BackendUnavailable(
+                f"graph serves no {request.rsc_id}@{request.rsc_version} in mode {request.mode!r}", where=request.rsc_id
+            )
+        for flt in (*request.pushed, *request.residual):
+            support = contract.filter_support(flt.field)
+            if flt.op not in support.ops:
+                raise BackendUnavailable(
+                    f"filter {flt.describe()} is not supported by {contract.ref}", where=request.rsc_id
+                )
+        snapshot = self._current()
+        graph = snapshot.graph
+        seeds, unknown = _resolve(graph, (*request.query.ids, *request.query.entities))
+        pattern = request.query.pattern or GraphPattern()
+        gaps: list[Gap] = []
+        if request.mode == "graph_identity":
+            reach = Reach((tuple(sorted(seeds)),), 0, len(seeds), False)
+            first_hop = 0
+        else:
+            depth = 1 if request.mode == "graph_neighbors" else pattern.depth
+            relations = _relations(pattern.relations, where=f"{request.obligation}.query.pattern.relations")
+            reach = bounded_reach(
+                graph,
+                seeds,
+                relations=relations,
+                direction=pattern.direction,
+                depth=depth,
+                node_budget=pattern.node_budget,
+            )
+            first_hop = 1
+            if unknown:
+                gaps.append(
+                    Gap(
+                        kind=GapKind.MISSING_EVIDENCE,
+                        obligation=request.obligation,
+                        backend=self.backend,
+                        detail=f"not in the graph, so not walked from: {', '.join(unknown)}",
+                        severity=GapSeverity.CAVEAT if seeds else GapSeverity.SHORTFALL,
+                    )
+                )
+            if reach.budget_met:
+                gaps.append(
+                    Gap(
+                        kind=GapKind.RESOURCE_LIMITED,
+                        obligation=request.obligation,
+                        backend=self.backend,
+                        detail=(
+                            f"node budget {pattern.node_budget} met after visiting {reach.visited} nodes; depth "
+                            f"{reach.complete_depth} of {depth} complete, hits cover hops <= {reach.complete_depth}"
+                        ),
+                    )
+                )
+        filters = (*request.pushed, *request.residual)
+        nodes = graph.nodes
+        matched: list[tuple[int, str]] = []
+        for hop in range(first_hop, len(reach.layers)):
+            for node in reach.layers[hop]:
+                # Entity nodes have no metadata, so any metadata filter excludes them.
+                if filters and not all(f.matches(nodes[node].get("metadata", {})) for f in filters):
+                    continue
+                matched.append((hop, node))
+        kept = matched[: request.k]
+        if len(matched) > len(kept):
+            gaps.append(
+                Gap(
+                    kind=GapKind.RESOURCE_LIMITED,
+                    obligation=request.obligation,
+                    backend=self.backend,
+                    detail=f"{len(matched)} nodes matched; k={request.k} returned the {len(kept)} nearest",
+                )
+            )
+        hits = _HitMaker(request, snapshot).hits(kept)
+        return ScanResult(
+            hits=hits,
+            gaps=tuple(gaps),
+            model_calls=0,
+            generation=snapshot.generation,
+            total_matches=len(matched),
+            exhausted=len(kept) == len(matched) and not reach.budget_met,
+        )
+
+
+def _resolve(graph: Any, wanted: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Query ids and entities as graph nodes: a node id, an entity name without its
+    ``entity:`` prefix, or a chunk id (``doc#n``) standing for its document."""
+    found: set[str] = set()
+    unknown: set[str] = set()
+    for name in wanted:
+        doc = name.rpartition("#")[0]
+        if name in graph:
+            found.add(name)
+        elif ENTITY_PREFIX + name in graph:
+            found.add(ENTITY_PREFIX + name)
+        elif doc and doc in graph and name in graph.nodes[doc].get("chunks", ()):
+            found.add(doc)
+        else:
+            unknown.add(name)
+    return sorted(found), sorted(unknown)
+
+
+def _relations(names: Sequence[str], *, where: str) -> frozenset[str] | None:
+    bad = sorted(set(names) - set(EDGE_RELATIONS))
+    if bad:
+        raise InputError(f"unknown relation {bad[0]!r}; relations are {', '.join(EDGE_RELATIONS)}", where=where)
+    return frozenset(names) if names else None
+
+
+class _HitMaker:
+    """Builds one scan's hits with custody.
+
+    What the hits share (request fingerprint, filter descriptions, contract ref) is
+    computed once per scan, and all hits are validated in one pydantic-core call from
+    plain dicts. Measured with pydantic 2.14 (benchmarks/bench_graph_expansion): that is
+    ~5 us a hit, where ``custody_hit`` (a request fingerprint per hit) or
+    ``model_construct`` (pure Python, ~15 us for a hit and its custody) cost more, so the
+    lean path keeps full validation. ``tests/test_graph_adapter.py`` checks a document
+    hit equals what ``custody_hit`` makes.
+    """
+
+    def __init__(self, request: ScanRequest, snapshot: _Snapshot) -> None:
+        self.nodes = snapshot.graph.nodes
+        self.edges_path = snapshot.edges_path
+        self.edges_hash = snapshot.edges_hash
+        self.shared: dict[str, Any] = {
+            "corpus_revision": snapshot.corpus_revision,
+            "index_identity": snapshot.identity,
+            "index_generation": snapshot.generation,
+            "backend": request.backend,
+            "rsc": f"{request.rsc_id}@{request.rsc_version}",
+            "request": request_fingerprint(request),
+            "filters_pushed": tuple(f.describe() for f in request.pushed),
+            "filters_residual": tuple(f.describe() for f in request.residual),
+            "score_kind": ScoreKind.HOPS,
+        }
+
+    def hits(self, ranked: Sequence[tuple[int, str]]) -> tuple[Hit, ...]:
+        rows = [self.row(node, hop, rank) for rank, (hop, node) in enumerate(ranked, start=1)]
+        return _HITS.validate_python(rows)
+
+    def row(self, node: str, hop: int, rank: int) -> dict[str, Any]:
+        attrs = self.nodes[node]
+        if attrs["kind"] == DOCUMENT:
+            chunk_id = attrs["chunks"][0]
+            return {
+                "key": f"doc:{node}",
+                "doc_id": node,
+                "chunk_id": chunk_id,
+                "title": attrs["title"],
+                "text": attrs["text"],
+                "metadata": attrs["metadata"],
+                "custody": {
+                    "source_path": attrs["source_path"],
+                    "line_start": attrs["line_start"],
+                    "line_end": attrs["line_end"],
+                    "char_start": attrs["char_start"],
+                    "char_end": attrs["char_end"],
+                    "source_hash": attrs["source_hash"],
+                    "chunk_id": chunk_id,
+                    "rank": rank,
+                    "score": float(hop),
+                    **self.shared,
+                },
+            }
+        line = attrs["line"]
+        chunk_id = f"{self.edges_path}#L{line}"
+        return {
+            "key": node if node.startswith(ENTITY_PREFIX) else ENTITY_PREFIX + node,
+            "doc_id": node,
+            "chunk_id": chunk_id,
+            "title": node,
+            "text": attrs["text"],
+            "metadata": {},
+            "custody": {
+                "source_path": self.edges_path,
+                "line_start": line,
+                "line_end": line,
+                "source_hash": self.edges_hash,
+                "chunk_id": chunk_id,
+                "rank": rank,
+                "score": float(hop),
+                **self.shared,
+            },
+        }
+
+
+_HITS: TypeAdapter[tuple[Hit, ...]] = TypeAdapter(tuple[Hit, ...])
+_CONTRACTS: tuple[Contract, ...] = load_contracts_beside(__file__)
+_BY_ID: dict[str, Contract] = {c.rsc_id: c for c in _CONTRACTS}
