@@ -3,6 +3,7 @@
 from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
 from backends.graph import GraphAdapter
+from backends.remote import RemoteAdapter
 from backends.tantivy import TantivyAdapter
 
 LOCAL_ADAPTERS: tuple[type[Adapter], ...] = (TantivyAdapter, GraphAdapter)
@@ -17,6 +18,7 @@ __all__ = [
     "Edge",
     "GraphAdapter",
     "Progress",
+    "RemoteAdapter",
     "TantivyAdapter",
     "custody_hit",
     "load_contracts_beside",

@@ -13,7 +13,7 @@ from typing import Any, cast
 import anyio
 
 from backends import LOCAL_ADAPTERS, Adapter
-from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_from_dict
+from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
 from race.cache import PlanCache, ResultCache
 from race.executor import Executor, Lineage
 from race.indexing import build_index, read_manifest
@@ -177,7 +177,10 @@ class Engine:
         return plan_from_dict(dict(plan), where=where)
 
     def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
-        key = fingerprint({"plan": plan, "generations": dict(generations), "stats": self.statistics_fingerprint()})
+        # The plan's own canonical digest, computed once per plan object, stands for the plan.
+        key = fingerprint(
+            {"plan": plan_digest(plan), "generations": dict(generations), "stats": self.statistics_fingerprint()}
+        )
         cached = self.plan_cache.get(key)
         if cached is not None:
             return cached, True

@@ -43,7 +43,7 @@ from planner import Explain, LogicalPlan, scans
 from race.executor import LegRecord, Lineage
 from race.receipt import Lineage as ReceiptLineage
 from race.receipt import Receipt
-from rsc import BackendStatistics, Contract, RaceError, ScanRequest, ScanResult, canonical_json, fingerprint
+from rsc import BackendStatistics, Contract, InputError, RaceError, ScanRequest, ScanResult, canonical_json, fingerprint
 
 ARTIFACT_SCHEMA_VERSION = "race.artifact/1"
 ARTIFACTS = "artifacts"
@@ -244,12 +244,19 @@ class RunRecorder:
     plan_digest: str | None = None
 
     def __post_init__(self) -> None:
+        if self.retain is not None and self.retain.exists() and not self.retain.is_dir():
+            raise InputError("exists and is not a directory; cannot retain artifacts there", where=str(self.retain))
         self.adapters = {
             name: RecordingAdapter(a, self) if self.retain is not None or isinstance(a, RemoteAdapter) else a
             for name, a in self.adapters.items()
         }
         if self.retain is not None and self.relations is not None:
             self.relations = RecordingRelations(self.relations, self)
+
+    def _transport(self, backend: str) -> Literal["http", "local"]:
+        adapter = self.adapters.get(backend)
+        live = adapter.live if isinstance(adapter, RecordingAdapter) else adapter
+        return "http" if isinstance(live, RemoteAdapter) else "local"
 
     def add(self, response: LegResponse) -> None:
         self.responses.append(response)
@@ -288,13 +295,18 @@ class RunRecorder:
                 label = f"{scan.node}/{scan.rsc}"
                 record = legs.get(label)
                 if record is not None and record.outcome == "resource_limited" and record.cache == "none":
-                    self.responses.append(LegResponse(scan.request, "local", utc_now(), "not_started"))
+                    transport = self._transport(scan.request.backend)
+                    self.responses.append(LegResponse(scan.request, transport, utc_now(), "not_started"))
         if not self.responses and self.retain is None:
             return receipt
         self.responses.sort(key=lambda r: (r.request.obligation, request_ref(r.request), fingerprint(r.request)))
         fetched = sorted(sha256_digest(canonical_json(r.content())) for r in self.responses)
         plan_fp = receipt.fingerprints.plan
-        lineage = fingerprint({"plan": plan_fp, "mode": "live", "fetched": fetched})
+        created_at = utc_now()
+        basis: dict[str, Any] = {"plan": plan_fp, "mode": "live", "fetched": fetched}
+        if self.retain is not None:
+            basis["retained_at"] = created_at  # a retained run is its own lineage even with no leg
+        lineage = fingerprint(basis)
         if self.retain is None:
             return receipt.model_copy(update={"lineage": ReceiptLineage(id=lineage, mode="live")})
         stamp = {"lineage": lineage, "plan": plan_fp}
@@ -308,7 +320,7 @@ class RunRecorder:
             "models": [dict(m) for m in models],
             "backends_open": sorted(self.adapters),
             "relations": self.relations is not None,
-            "created_at": utc_now(),
+            "created_at": created_at,
         }
         contents = [plan_content]
         contents += [{**r.content(), **stamp} for r in self.responses]
@@ -326,7 +338,10 @@ class RunRecorder:
         """Write the artifacts, the plan pointer and the receipt; all or (as far as we can tell) none."""
         if self.retain is None:
             return
-        await anyio.to_thread.run_sync(self._commit, self.retain, receipt)
+        try:
+            await anyio.to_thread.run_sync(self._commit, self.retain, receipt)
+        except OSError as exc:
+            raise InputError(f"cannot write retained artifacts: {exc.strerror}", where=str(self.retain)) from exc
 
     def _commit(self, root: Path, receipt: Receipt) -> None:
         written: list[Path] = []

@@ -246,7 +246,7 @@ def running_server(
     with start_blocking_portal() as portal:
         service = IndexService(adapters, portal)
         server = RaceHTTPServer((bind, port), service, faults)
-        thread = threading.Thread(target=server.serve_forever, name="race-serve", daemon=True)
+        thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="race-serve", daemon=True)
         thread.start()
         try:
             yield server
@@ -265,18 +265,22 @@ def serve(
     faults: Faults = Faults(),
     announce: Callable[[str], None] = print,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; ``announce`` gets the base URL once the port is bound."""
-    stop = threading.Event()
+    """A process's main loop: serve until SIGTERM or SIGINT; ``announce`` gets the base URL
+    once the port is bound. (``running_server`` is the form that leaves signals alone.)
 
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    The stop signals are blocked and taken synchronously with ``sigwait`` rather than by a
+    handler: a handler that sets an event can deadlock on the event's own lock when a
+    second signal lands while the main thread holds it. Stop signals that arrive during the
+    shutdown are ignored, so a repeated SIGTERM cannot turn a clean exit into a killed one.
+    """
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
         with running_server(index_dir, host=host, port=port, faults=faults) as server:
             bound_host, bound_port = server.server_address[:2]
             announce(f"http://{bound_host!s}:{bound_port}")
-            stop.wait()
+            signal.sigwait(stops)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig in stops:
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)

@@ -1,0 +1,381 @@
+"""The remote adapter: the contracts of a ``race serve`` server, reached over HTTP with httpx.
+
+A scan is two steps with one seam between them: ``fetch`` sends the translated request and
+returns the raw ``Exchange`` (status, the headers that matter, the body bytes), and
+``decode_exchange`` turns those bytes into a ``ScanResult``. The runtime retains exchanges
+and replays them through the very same ``decode_exchange``, so a replayed answer is parsed
+exactly as the live one was.
+
+Native failures are translated here, at the adapter edge: httpx timeouts become
+``BackendTimeout``; refused or dropped connections, truncated or malformed bodies, bad
+statuses and a moved server generation become ``BackendUnavailable``. A partial response
+is never evidence.
+
+Custody: hits keep the server's custody (source path, lines, hashes, chunk, corpus
+revision, rank, native score) with ``backend = "remote"``, ``rsc`` = the remote contract
+ref, ``request`` = the fingerprint of the remote request, ``index_identity`` =
+``remote:<upstream contract ref>:<server index identity>`` and ``index_generation`` = the
+server's advertised generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Self
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+from pydantic import ValidationError
+
+from backends.base import Adapter, Progress, load_contracts_beside
+from backends.corpus import Corpus
+from backends.remote.protocol import (
+    CONTRACTS_PATH,
+    DEADLINE_HEADER,
+    PROTOCOL_VERSION,
+    RETAINED_HEADERS,
+    SCAN_PATH,
+    ScanResponse,
+)
+from rsc import (
+    BackendStatistics,
+    BackendTimeout,
+    BackendUnavailable,
+    Contract,
+    ContractError,
+    InputError,
+    ScanRequest,
+    ScanResult,
+    VersionRange,
+    fingerprint,
+    first_validation_error,
+    parse_contract,
+)
+
+UPSTREAM: dict[str, tuple[str, str]] = {
+    "remote.bm25": ("tantivy.bm25", "^1.0.0"),
+    "remote.exact": ("tantivy.exact", "^1.0.0"),
+}
+"""Each remote contract -> the server contract it forwards to, and the versions it accepts."""
+
+_TLS: ssl.SSLContext | None = None
+_TLS_LOCK = threading.Lock()
+
+
+def _tls() -> ssl.SSLContext:
+    # Building the default context costs ~70 ms; one shared context keeps a client per scan cheap.
+    global _TLS
+    with _TLS_LOCK:
+        if _TLS is None:
+            _TLS = ssl.create_default_context()
+        return _TLS
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One HTTP exchange as received: what is retained and what replay decodes."""
+
+    url: str
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name.lower()), None)
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What ``GET /v1/contracts`` advertised."""
+
+    identity: str
+    generation: str
+    contracts: tuple[Contract, ...]
+    statistics: tuple[BackendStatistics, ...]
+
+
+def upstream_request(request: ScanRequest, contract: str, backend: str) -> ScanRequest:
+    """The remote request as the server's contract ``rsc_id@version`` of ``backend``: same query, filters, k."""
+    rsc_id, _, version = contract.partition("@")
+    expected = UPSTREAM.get(request.rsc_id)
+    if expected is None or expected[0] != rsc_id:
+        raise BackendUnavailable(f"{contract!r} is not the upstream of {request.rsc_id}", where=request.rsc_id)
+    return request.model_copy(update={"rsc_id": rsc_id, "rsc_version": version, "backend": backend})
+
+
+def decode_exchange(request: ScanRequest, exchange: Exchange, *, expected_generation: str | None) -> ScanResult:
+    """Bytes -> ScanResult, or the ``BackendError`` that says why these bytes are not evidence.
+
+    Pure: live scans and replay both come through here.
+    """
+    where = request.rsc_id
+    if exchange.status != 200:
+        kind, message = _error_of(exchange.body)
+        text = f"{exchange.url} answered HTTP {exchange.status}" + (f" ({kind}: {message})" if kind else "")
+        if exchange.status == 504 or kind == "timeout":
+            raise BackendTimeout(text, where=where)
+        raise BackendUnavailable(text, where=where)
+    declared = exchange.header("content-length")
+    if declared is not None and declared.isdigit() and int(declared) != len(exchange.body):
+        raise BackendUnavailable(
+            f"{exchange.url}: truncated response ({len(exchange.body)} of {declared} bytes); a partial response "
+            "is never evidence",
+            where=where,
+        )
+    try:
+        raw = json.loads(exchange.body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BackendUnavailable(f"{exchange.url}: malformed response body ({exc})", where=where) from exc
+    if not isinstance(raw, dict) or raw.get("schema_version") != PROTOCOL_VERSION:
+        got = raw.get("schema_version") if isinstance(raw, dict) else type(raw).__name__
+        raise BackendUnavailable(f"{exchange.url}: not a {PROTOCOL_VERSION} response (got {got!r})", where=where)
+    try:
+        body = ScanResponse.model_validate(raw)
+    except ValidationError as exc:
+        raise BackendUnavailable(f"{exchange.url}: response {first_validation_error(exc)}", where=where) from exc
+    if expected_generation is not None and body.generation != expected_generation:
+        raise BackendUnavailable(
+            f"server generation moved from {expected_generation} (planned) to {body.generation} during the run",
+            where=where,
+        )
+    sent = upstream_request(request, body.contract, body.backend)
+    if body.request != fingerprint(sent):
+        raise BackendUnavailable(f"{exchange.url}: the response answers another request ({body.request})", where=where)
+    return _relabel(request, body)
+
+
+def _error_of(body: bytes) -> tuple[str, str]:
+    try:
+        raw = json.loads(body)
+        error = raw["error"]
+        return str(error["kind"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        return "", body[:200].decode("utf-8", "replace")
+
+
+def _relabel(request: ScanRequest, body: ScanResponse) -> ScanResult:
+    ref = f"{request.rsc_id}@{request.rsc_version}"
+    request_fp = fingerprint(request)
+    hits = tuple(
+        hit.model_copy(
+            update={
+                "custody": hit.custody.model_copy(
+                    update={
+                        "backend": RemoteAdapter.backend,
+                        "rsc": ref,
+                        "request": request_fp,
+                        "index_identity": f"remote:{body.contract}:{hit.custody.index_identity}",
+                        "index_generation": body.generation,
+                    }
+                )
+            }
+        )
+        for hit in body.result.hits
+    )
+    gaps = tuple(g.model_copy(update={"backend": RemoteAdapter.backend}) for g in body.result.gaps)
+    return body.result.model_copy(update={"hits": hits, "gaps": gaps, "generation": body.generation})
+
+
+def _parse_info(data: bytes, *, where: str) -> ServerInfo:
+    try:
+        raw = json.loads(data)
+        if raw.get("schema_version") != PROTOCOL_VERSION:
+            raise BackendUnavailable(
+                f"not a {PROTOCOL_VERSION} server (schema_version {raw.get('schema_version')!r})", where=where
+            )
+        contracts = tuple(
+            parse_contract(json.dumps(doc), where=f"{where} contracts[{i}]") for i, doc in enumerate(raw["contracts"])
+        )
+        stats = tuple(BackendStatistics.model_validate(s) for s in raw.get("statistics", []))
+        return ServerInfo(str(raw["identity"]), str(raw["generation"]), contracts, stats)
+    except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
+        raise BackendUnavailable(f"malformed contracts document ({exc})", where=where) from exc
+
+
+def check_served(declared: tuple[Contract, ...], served: tuple[Contract, ...], *, where: str) -> dict[str, Contract]:
+    """Each declared remote contract -> the server contract that backs it; fail closed otherwise.
+
+    The server must serve the upstream id at a compatible version, and promise at least what
+    the remote contract claims: same mode, ordering, score kind, coverage claim and model
+    calls, every query class and query part, and every filter with the same support class
+    and at least the same operators.
+    """
+    chosen: dict[str, Contract] = {}
+    for contract in declared:
+        up_id, versions = UPSTREAM[contract.rsc_id]
+        rng = VersionRange.parse(versions)
+        candidates = [c for c in served if c.rsc_id == up_id and rng.contains(c.semver)]
+        if not candidates:
+            offered = ", ".join(sorted(c.ref for c in served)) or "nothing"
+            raise ContractError(
+                f"server does not serve {up_id} {versions} (needed by {contract.ref}); it serves {offered}",
+                where=where,
+            )
+        upstream = max(candidates, key=lambda c: c.semver)
+        problems = _weaker(contract, upstream)
+        if problems:
+            raise ContractError(f"{upstream.ref} cannot back {contract.ref}: {problems[0]}", where=where)
+        chosen[contract.rsc_id] = upstream
+    return chosen
+
+
+def _weaker(remote: Contract, upstream: Contract) -> list[str]:
+    problems = []
+    for name in ("mode", "ordering", "score_kind", "model_calls"):
+        if getattr(remote, name) != getattr(upstream, name):
+            problems.append(f"{name} {getattr(upstream, name)!r} != {getattr(remote, name)!r}")
+    if remote.coverage.claim is not upstream.coverage.claim:
+        problems.append(f"coverage {upstream.coverage.claim.value} != {remote.coverage.claim.value}")
+    problems += [f"query class {q.value} not served" for q in remote.query_classes if q not in upstream.query_classes]
+    problems += [f"query part {p} not served" for p in remote.query_parts if p not in upstream.query_parts]
+    for field, support in sorted(remote.filters.items()):
+        theirs = upstream.filter_support(field)
+        if theirs.support is not support.support or not set(support.ops) <= set(theirs.ops):
+            problems.append(f"filter {field}: server has {theirs.support.value} {[o.value for o in theirs.ops]}")
+    return problems
+
+
+class RemoteAdapter(Adapter):
+    """A ``race serve`` server's contracts, as ``remote.*`` contracts with egress ``remote``."""
+
+    backend: ClassVar[str] = "remote"
+
+    def __init__(self, base_url: str, info: ServerInfo, upstream: dict[str, Contract], *, timeout: float) -> None:
+        self.base_url = base_url
+        self.timeout = timeout
+        self._info = info
+        self._upstream = upstream
+        self._generation = info.generation
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    def contracts(cls) -> tuple[Contract, ...]:
+        return load_contracts_beside(__file__)
+
+    @classmethod
+    def connect(cls, base_url: str, *, timeout: float = 5.0) -> Self:
+        """Handshake with a server (blocking): read its contracts and check it backs ours.
+
+        An unreachable server is ``BackendUnavailable``; one that does not serve a declared
+        contract at a compatible version is a ``ContractError``.
+        """
+        url = _base_url(base_url)
+        info = _fetch_info(url, timeout)
+        upstream = check_served(cls.contracts(), info.contracts, where=url)
+        return cls(url, info, upstream, timeout=timeout)
+
+    @classmethod
+    def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
+        raise InputError(
+            "the remote backend is not built from a corpus; index locally and expose it with `race serve`",
+            where=cls.backend,
+        )
+
+    @classmethod
+    def open(cls, index_dir: Path) -> Self:
+        raise InputError(
+            "the remote backend is not opened from an index directory; use RemoteAdapter.connect(base_url) "
+            "or `race run PLAN --remote URL`",
+            where=cls.backend,
+        )
+
+    @property
+    def identity(self) -> str:
+        return f"remote:{self._info.identity}"
+
+    def generation(self) -> str:
+        """The server's advertised generation, read fresh (blocking; the engine calls it on a worker thread).
+
+        An unreachable server keeps the last generation seen: its scans then fail as gaps.
+        """
+        with contextlib.suppress(BackendUnavailable):
+            self._generation = _fetch_info(self.base_url, self.timeout).generation
+        return self._generation
+
+    async def current_generation(self) -> str:
+        """``generation()`` without blocking the event loop: one async ``GET /v1/contracts``."""
+        url = self.base_url + CONTRACTS_PATH
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout, verify=_tls(), trust_env=False) as client:
+                response = await client.get(url)
+            if response.status_code == 200:
+                self._generation = _parse_info(response.content, where=url).generation
+        except (httpx.HTTPError, BackendUnavailable):
+            pass
+        return self._generation
+
+    def statistics(self) -> BackendStatistics:
+        rows = sum(s.rows for s in self._info.statistics)
+        counts: dict[str, dict[str, int]] = {}
+        for stats in self._info.statistics:
+            for field, values in stats.value_counts.items():
+                for value, n in values.items():
+                    counts.setdefault(field, {})[value] = counts.get(field, {}).get(value, 0) + n
+        return BackendStatistics(backend=self.backend, rows=rows, value_counts=counts)
+
+    # -- scans ------------------------------------------------------------------------------
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        return self.decode(request, await self.fetch(request))
+
+    def decode(self, request: ScanRequest, exchange: Exchange) -> ScanResult:
+        return decode_exchange(request, exchange, expected_generation=self._generation)
+
+    async def fetch(self, request: ScanRequest) -> Exchange:
+        """Send one request; the raw answer, or the ``BackendError`` for a transport failure."""
+        upstream = self._upstream.get(request.rsc_id)
+        if upstream is None:
+            raise BackendUnavailable(f"this server backs no contract {request.rsc_id}", where=request.rsc_id)
+        sent = upstream_request(request, upstream.ref, upstream.backend)
+        url = self.base_url + SCAN_PATH
+        headers = {"content-type": "application/json"}
+        deadline = anyio.current_effective_deadline()
+        if deadline != float("inf"):
+            # The server stops working on a leg the client has already given up on.
+            headers[DEADLINE_HEADER] = str(max(1, int((deadline - anyio.current_time()) * 1000)))
+        body = sent.model_dump_json().encode()
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout, verify=_tls(), trust_env=False) as client:
+                response = await client.post(url, content=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise BackendTimeout(
+                f"{url}: no answer within the client timeout of {self.timeout:g} s ({type(exc).__name__})",
+                where=request.rsc_id,
+            ) from exc
+        except httpx.RemoteProtocolError as exc:
+            raise BackendUnavailable(
+                f"{url}: connection closed before a complete response ({exc}); a partial response is never evidence",
+                where=request.rsc_id,
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"{url}: {type(exc).__name__}: {exc}", where=request.rsc_id) from exc
+        kept = tuple(sorted((k.lower(), v) for k, v in response.headers.items() if k.lower() in RETAINED_HEADERS))
+        return Exchange(url=url, status=response.status_code, headers=kept, body=response.content)
+
+
+def _base_url(text: str) -> str:
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(f"{text!r} is not an http(s) base URL like http://127.0.0.1:8765", where="remote")
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def _fetch_info(base_url: str, timeout: float) -> ServerInfo:
+    url = base_url + CONTRACTS_PATH
+    try:
+        with httpx.Client(timeout=timeout, verify=_tls(), trust_env=False) as client:
+            response = client.get(url)
+    except httpx.TimeoutException as exc:
+        raise BackendUnavailable(f"no answer within {timeout:g} s", where=url) from exc
+    except httpx.HTTPError as exc:
+        raise BackendUnavailable(f"cannot reach the server: {type(exc).__name__}: {exc}", where=url) from exc
+    if response.status_code != 200:
+        raise BackendUnavailable(f"answered HTTP {response.status_code}", where=url)
+    return _parse_info(response.content, where=url)
