@@ -3,10 +3,11 @@
 from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
 from backends.graph import GraphAdapter
+from backends.lancedb import LanceAdapter
 from backends.remote import RemoteAdapter
 from backends.tantivy import TantivyAdapter
 
-LOCAL_ADAPTERS: tuple[type[Adapter], ...] = (TantivyAdapter, GraphAdapter)
+LOCAL_ADAPTERS: tuple[type[Adapter], ...] = (TantivyAdapter, LanceAdapter, GraphAdapter)
 """Adapters that `race index` builds and an engine opens from an index directory, in build order."""
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Corpus",
     "Edge",
     "GraphAdapter",
+    "LanceAdapter",
     "Progress",
     "RemoteAdapter",
     "TantivyAdapter",

