@@ -19,7 +19,7 @@ from race.executor import Executor, Lineage
 from race.indexing import build_index, read_manifest
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
-from rsc import Contract, Gap, ObligationStatus, fingerprint, weakest
+from rsc import Contract, Gap, GapKind, ObligationStatus, fingerprint, weakest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BUNDLED_CORPUS = FIXTURES / "corpus"
@@ -62,6 +62,10 @@ def _complete(index_dir: Path) -> bool:
     return isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS)
 
 
+# A receipt with a gap that depends on timing or on a backend's health is never cached.
+_TRANSIENT_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
+
+
 class Engine:
     """Plans and runs logical plans over the backends of one index directory."""
 
@@ -83,7 +87,11 @@ class Engine:
         self._statistics_override = statistics
         self._statistics_fp: str | None = None
         self.plan_cache: PlanCache[Explain] = PlanCache()
+        self.receipt_cache: PlanCache[Receipt] = PlanCache()
         self.result_cache = result_cache if result_cache is not None else ResultCache()
+
+    def clear_receipt_cache(self) -> None:
+        self.receipt_cache = PlanCache()
 
     # -- construction ----------------------------------------------------------------------
 
@@ -122,15 +130,8 @@ class Engine:
 
     async def current_generations(self) -> dict[str, str]:
         """Every backend's generation, read fresh for each plan and run (I6)."""
-        found: dict[str, str] = {}
-
-        async def one(name: str, adapter: Adapter) -> None:
-            found[name] = await adapter.current_generation()
-
-        async with anyio.create_task_group() as tg:
-            for name, adapter in self.adapters.items():
-                tg.start_soon(one, name, adapter)
-        return dict(sorted(found.items()))
+        # Local reads are a stat() each; at most one remote backend answers over the network.
+        return {name: await adapter.current_generation() for name, adapter in self.adapters.items()}
 
     def statistics(self) -> Statistics:
         if self._statistics_override is None:
@@ -207,6 +208,18 @@ class Engine:
         logical = self.parse(plan, where=where)
         generations = await self.current_generations()
         explain, plan_hit = self._plan(logical, generations, where)
+        # The root is a physical node too: its result is cached under the plan fingerprint
+        # (every contract, generation and caller generation) and the physical plan's.
+        receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}"
+        if retain is None:
+            cached = self.receipt_cache.get(receipt_key)
+            if cached is not None:
+                operational = Operational(
+                    wall_ms=round((time.monotonic() - started) * 1000.0, 3),
+                    plan_cache="hit" if plan_hit else "miss",
+                    receipt_cache="hit",
+                )
+                return cached.model_copy(update={"operational": operational})
         recorder = RunRecorder(self.adapters, self.lineage(), retain=retain)
         executor = Executor(
             plan=logical,
@@ -221,9 +234,12 @@ class Engine:
         receipt = recorder.finish(
             receipt, plan=logical, explain=explain, legs=executor.legs, generations=generations, models=self.models()
         )
+        if retain is None and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
+            self.receipt_cache.put(receipt_key, receipt)
         operational = Operational(
             wall_ms=round((time.monotonic() - started) * 1000.0, 3),
             plan_cache="hit" if plan_hit else "miss",
+            receipt_cache="none" if retain is not None else "miss",
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},
             calls=dict(sorted(executor.calls.items())),
             result_cache=dict(executor.cache_counts),

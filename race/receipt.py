@@ -22,8 +22,9 @@ from rsc import (
     Record,
     SearchCoverage,
     SupportClosure,
-    canonical_json,
-    fingerprint,
+    canonical_data,
+    dumps_canonical,
+    fingerprint_bytes,
 )
 
 RECEIPT_SCHEMA_VERSION = "race.receipt/1"
@@ -103,6 +104,7 @@ class Operational(Record):
 
     wall_ms: float = 0.0
     plan_cache: Literal["hit", "miss", "none"] = "none"
+    receipt_cache: Literal["hit", "miss", "none"] = "none"
     legs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     calls: dict[str, int] = Field(default_factory=dict)
     result_cache: dict[str, int] = Field(default_factory=dict)
@@ -124,16 +126,20 @@ class Receipt(Record):
     operational: Operational = Operational()
 
     def normalized(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude={"lineage", "retained", "operational"})
+        data: dict[str, Any] = canonical_data(self, exclude=_NOT_NORMALIZED)
+        return data
 
     def normalized_bytes(self) -> bytes:
-        return canonical_json(self.normalized())
+        return dumps_canonical(self.normalized())
 
     def with_evidence_fingerprint(self) -> Receipt:
-        body = self.model_dump(mode="json", exclude={"lineage", "retained", "operational"})
+        body = self.normalized()
         body["fingerprints"].pop("evidence", None)
-        fps = self.fingerprints.model_copy(update={"evidence": fingerprint(body)})
+        fps = self.fingerprints.model_copy(update={"evidence": fingerprint_bytes(dumps_canonical(body))})
         return self.model_copy(update={"fingerprints": fps})
+
+
+_NOT_NORMALIZED = {"lineage", "retained", "operational"}
 
 
 def receipt_json_schema() -> dict[str, Any]:

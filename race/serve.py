@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
 import socket
 import threading
@@ -268,19 +269,34 @@ def serve(
     """A process's main loop: serve until SIGTERM or SIGINT; ``announce`` gets the base URL
     once the port is bound. (``running_server`` is the form that leaves signals alone.)
 
-    The stop signals are blocked and taken synchronously with ``sigwait`` rather than by a
-    handler: a handler that sets an event can deadlock on the event's own lock when a
-    second signal lands while the main thread holds it. Stop signals that arrive during the
-    shutdown are ignored, so a repeated SIGTERM cannot turn a clean exit into a killed one.
+    The stop signals get a handler that does nothing, and the C-level handler writes the
+    signal number to a wakeup pipe that the main thread waits on. Whichever thread the
+    kernel delivers a signal to (LanceDB, BLAS and tantivy all start threads of their own),
+    it wakes the main thread and never kills the process; a handler that set an event could
+    deadlock on the event's own lock. Signals that arrive during the shutdown are absorbed,
+    so a repeated SIGTERM cannot turn a clean exit into a killed one.
     """
-    stops = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    stops = (signal.SIGTERM, signal.SIGINT)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    previous = signal.set_wakeup_fd(wake_write)
+    for sig in stops:
+        signal.signal(sig, _absorb)
     try:
         with running_server(index_dir, host=host, port=port, faults=faults) as server:
             bound_host, bound_port = server.server_address[:2]
             announce(f"http://{bound_host!s}:{bound_port}")
-            signal.sigwait(stops)
+            while os.read(wake_read, 1)[0] not in stops:
+                pass
     finally:
+        # Ignored, not absorbed, from here on: CPython resets Python handlers to the default
+        # (terminate) while it finalizes, but leaves an ignored signal ignored.
         for sig in stops:
             signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        signal.set_wakeup_fd(previous)
+        os.close(wake_read)
+        os.close(wake_write)
+
+
+def _absorb(signum: int, frame: object) -> None:
+    """The stop signals' Python handler: the wakeup pipe already told the main thread."""

@@ -1,7 +1,14 @@
 """Contracts and the shared vocabulary of RACE: RSC model, scan records, coverage and gap
 enums, canonical JSON and fingerprints, and the error tree."""
 
-from rsc.canonical import canonical_json, canonical_pretty, fingerprint, fingerprint_bytes
+from rsc.canonical import (
+    canonical_data,
+    canonical_json,
+    canonical_pretty,
+    dumps_canonical,
+    fingerprint,
+    fingerprint_bytes,
+)
 from rsc.contract import (
     RSC_SCHEMA_VERSION,
     Contract,
@@ -131,8 +138,10 @@ __all__ = [
     "Version",
     "VersionRange",
     "VersionRangeError",
+    "canonical_data",
     "canonical_json",
     "canonical_pretty",
+    "dumps_canonical",
     "fingerprint",
     "fingerprint_bytes",
     "first_validation_error",

@@ -54,7 +54,7 @@ def _normalize(value: Any, where: str) -> Any:
             for item in value
         ]
     if isinstance(value, BaseModel):
-        return _normalize(value.model_dump(mode="json"), where)
+        return _model_data(value)
     if isinstance(value, bool | str | int):
         return value
     if isinstance(value, float):
@@ -68,9 +68,35 @@ def _normalize(value: Any, where: str) -> Any:
     raise CanonicalError(f"{where}: {type(value).__name__} is not JSON data")
 
 
+def _float_text(text: str) -> float | int:
+    return _float(float(text), "$")
+
+
+def _refuse_constant(text: str) -> Any:
+    raise CanonicalError(f"$: non-finite number {text} cannot be canonical")
+
+
+def _model_data(model: BaseModel, exclude: set[str] | None = None) -> Any:
+    # pydantic serializes in Rust; the C JSON parser hands every float to _float_text, so the
+    # result equals the _normalize walk at a fraction of its cost.
+    return json.loads(
+        model.model_dump_json(exclude=exclude), parse_float=_float_text, parse_constant=_refuse_constant
+    )
+
+
+def canonical_data(model: BaseModel, *, exclude: set[str] | None = None) -> Any:
+    """A model as canonical JSON data (floats normalized), ready for ``dumps_canonical``."""
+    return _model_data(model, exclude)
+
+
+def dumps_canonical(data: Any) -> bytes:
+    """Canonical bytes of data that is already canonical (from ``canonical_data``)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
 def canonical_json(value: Any) -> bytes:
     """The canonical bytes of a JSON-like value or pydantic model."""
-    normalized = _normalize(value, "$")
+    normalized = _model_data(value) if isinstance(value, BaseModel) else _normalize(value, "$")
     return json.dumps(normalized, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
         "utf-8"
     )
@@ -78,7 +104,7 @@ def canonical_json(value: Any) -> bytes:
 
 def canonical_pretty(value: Any) -> str:
     """Canonical content, indented for people; still deterministic."""
-    normalized = _normalize(value, "$")
+    normalized = _model_data(value) if isinstance(value, BaseModel) else _normalize(value, "$")
     return json.dumps(normalized, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
 
 

@@ -20,7 +20,8 @@ Scalar = str | int | float | bool
 class Record(BaseModel):
     """Base of every boundary record: frozen, unknown fields rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    # Non-finite floats serialize as NaN/Infinity so that canonical JSON can refuse them.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, ser_json_inf_nan="constants")
 
 
 def _comparable(value: Scalar) -> tuple[int, Any]:

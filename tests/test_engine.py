@@ -47,9 +47,13 @@ def test_same_inputs_same_bytes(index_dir) -> None:  # type: ignore[no-untyped-d
 def test_result_cache_hit_gives_the_same_normalized_bytes(engine: Engine) -> None:
     cold = engine.run_sync(load_plan("showcase.json"))
     warm = engine.run_sync(load_plan("showcase.json"))
-    assert warm.operational.result_cache["hit"] == len(cold.operational.legs)
-    assert warm.operational.plan_cache == "hit"
+    assert cold.operational.receipt_cache == "miss"
+    assert warm.operational.receipt_cache == "hit" and warm.operational.plan_cache == "hit"
     assert warm.normalized_bytes() == cold.normalized_bytes()
+    engine.clear_receipt_cache()
+    legs = engine.run_sync(load_plan("showcase.json"))
+    assert legs.operational.result_cache["hit"] == len(cold.operational.legs)
+    assert legs.normalized_bytes() == cold.normalized_bytes()
 
 
 def test_union_fuses_by_rrf_with_provenance(engine: Engine) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any, Self
 
@@ -82,6 +83,8 @@ class TantivyAdapter(Adapter):
         self._corpus_revision = str(manifest["corpus_revision"])
         self._value_counts: dict[str, dict[str, int]] = manifest.get("value_counts", {})
         self._rows = int(manifest.get("rows", 0))
+        self._generation: tuple[tuple[int, int, int], str] | None = None
+        self._generation_lock = threading.Lock()
 
     @classmethod
     def contracts(cls) -> tuple[Contract, ...]:
@@ -136,9 +139,24 @@ class TantivyAdapter(Adapter):
         return f"tantivy:{self._corpus_revision}"
 
     def generation(self) -> str:
-        """Opstamp, segment ids and their delete counts, as the index's meta.json has them."""
-        self._index.reload()
-        meta = json.loads((self._path / "meta.json").read_text())
+        """Opstamp, segment ids and their delete counts, as the index's meta.json has them.
+
+        tantivy replaces meta.json on every commit, so an unchanged (inode, mtime, size)
+        means an unchanged generation; only a changed file is reloaded and read again.
+        """
+        meta_path = self._path / "meta.json"
+        st = meta_path.stat()
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._generation_lock:
+            if self._generation is not None and self._generation[0] == stamp:
+                return self._generation[1]
+            self._index.reload()
+            generation = self._read_generation(meta_path)
+            self._generation = (stamp, generation)
+            return generation
+
+    def _read_generation(self, meta_path: Path) -> str:
+        meta = json.loads(meta_path.read_text())
         segments = sorted(
             (str(s["segment_id"]), int(s.get("max_doc", 0)), int((s.get("deletes") or {}).get("num_deleted_docs", 0)))
             for s in meta.get("segments", [])
