@@ -257,10 +257,8 @@ def _markdown(results: dict[str, Any]) -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     runs = 40 if args.quick else 300
-    if args.index:
-        index = Path(args.index)
-    else:
-        index = ensure_bundled_index(Path(tempfile.mkdtemp(prefix="race-bench-")))
+    fresh = Path(tempfile.mkdtemp(prefix="race-bench-"))
+    index = Path(args.index) if args.index else ensure_bundled_index(fresh)
     engine = Engine.open(index)
     results: dict[str, Any] = {
         "machine": f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}",
@@ -273,8 +271,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     showcase = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "plans" / "showcase.json").read_text())
     results["cache_hit"]["showcase"] = await bench_cache_hit(engine, showcase, max(10, runs // 4))
     if "lancedb" in engine.adapters:
-        from benchmarks.bench_hybrid import bench_hybrid
+        from benchmarks.bench_hybrid import bench_hybrid, hybrid_plan
 
+        results["cache_hit"]["hybrid"] = await bench_cache_hit(engine, hybrid_plan(), max(10, runs // 10))
         results["hybrid"] = await bench_hybrid(engine, runs)
     return results
 

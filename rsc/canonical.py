@@ -1,9 +1,10 @@
 """Canonical JSON and fingerprints.
 
-Canonical JSON: keys sorted, no whitespace, UTF-8, floats written with 12 significant
-digits (so that the last-bit noise of a floating-point sum never changes a byte), ``-0.0``
-written as ``0``, NaN and infinities refused. Fingerprints are xxh3_128 over those bytes,
-spelled ``xxh3_128:<32 hex>``.
+Canonical JSON: keys sorted, no whitespace, UTF-8, floats rounded to 12 significant digits
+(so that the last-bit noise of a floating-point sum never changes a byte) and then written
+in orjson's shortest round-trip form, ``-0.0`` and integral floats written as integers,
+NaN and infinities refused. Fingerprints are xxh3_128 over those bytes, spelled
+``xxh3_128:<32 hex>``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 import xxhash
 from pydantic import BaseModel
 
@@ -91,15 +93,13 @@ def canonical_data(model: BaseModel, *, exclude: set[str] | None = None) -> Any:
 
 def dumps_canonical(data: Any) -> bytes:
     """Canonical bytes of data that is already canonical (from ``canonical_data``)."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
 
 
 def canonical_json(value: Any) -> bytes:
     """The canonical bytes of a JSON-like value or pydantic model."""
     normalized = _model_data(value) if isinstance(value, BaseModel) else _normalize(value, "$")
-    return json.dumps(normalized, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
+    return orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
 
 
 def canonical_pretty(value: Any) -> str:

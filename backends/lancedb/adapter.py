@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +270,9 @@ class LanceAdapter(Adapter):
         self._db = lancedb.connect(str(path))
         self._stats: tuple[int, BackendStatistics] | None = None
         self._nprobes = int(manifest["ann_index"]["nprobes"])
+        self._versions_dir = path / f"{TABLE}.lance" / "_versions"
+        self._generation_memo: tuple[tuple[str, ...], str] | None = None
+        self._generation_lock = threading.Lock()
 
     # -- contract, build, open --------------------------------------------------------------
 
@@ -361,8 +366,21 @@ class LanceAdapter(Adapter):
         )
 
     def generation(self) -> str:
-        """Table version, rows inside/outside the ANN index, and the embedder's fingerprint."""
-        return self._generation(self.snapshot())
+        """Table version, rows inside/outside the ANN index, and the embedder's fingerprint.
+
+        Every commit (rows, an index, a delete) adds a manifest under ``_versions/``, so an
+        unchanged listing is an unchanged table and the generation read for it still holds.
+        """
+        try:
+            stamp = tuple(sorted(os.listdir(self._versions_dir)))
+        except FileNotFoundError as exc:
+            raise IndexMissingError("the LanceDB table is gone", where=str(self._path)) from exc
+        with self._generation_lock:
+            if self._generation_memo is not None and self._generation_memo[0] == stamp:
+                return self._generation_memo[1]
+            generation = self._generation(self.snapshot())
+            self._generation_memo = (stamp, generation)
+            return generation
 
     def statistics(self) -> BackendStatistics:
         snap = self.snapshot()
