@@ -23,6 +23,7 @@ from planner.logical import (
     logical_fingerprint,
     normalize,
     parse_plan,
+    plan_digest,
     plan_from_dict,
     plan_json_schema,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "normalize",
     "parse_plan",
     "pinned_contracts",
+    "plan_digest",
     "plan_fingerprint",
     "plan_from_dict",
     "plan_json_schema",

@@ -8,7 +8,7 @@ counted the estimate is conservative and the explain says it was a guess.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Annotated
 
 from pydantic import Field
@@ -32,11 +32,19 @@ class Statistics(Record):
 
 
 class Estimate(Record):
+    """How a scan's expected cost was reached; explain prints it beside the alternative.
+
+    ``basis`` says where the row count and the selectivity came from, ``access`` how the
+    candidates follow from them, ``latency`` where the base latency came from.
+    """
+
     rows: int
     selectivity: float
     candidates: float
     cost_ms: float
     basis: str
+    access: str = ""
+    latency: str = ""
 
 
 def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> tuple[float, str]:
@@ -61,14 +69,51 @@ def estimate_scan(contract: Contract, *, k: int, pushed: Sequence[Filter], stats
     backend_stats = stats.backends.get(contract.backend)
     rows = backend_stats.rows if backend_stats and backend_stats.rows else DEFAULT_ROWS
     sel, basis = selectivity(backend_stats, pushed)
+    if not (backend_stats and backend_stats.rows):
+        basis = f"no row count, assumed {DEFAULT_ROWS} rows; {basis}"
     if contract.coverage.claim is CoverageClaim.APPROXIMATE:
         # An ANN probe touches a roughly constant slice of the table; a filter it must honour
         # makes it search further for k survivors.
         probe = max(k * 10.0, 10.0 * math.sqrt(rows))
         candidates = min(float(rows), probe / max(sel, 1e-3) ** 0.5)
+        access = "ANN probe max(10k, 10 sqrt(rows)) / sqrt(selectivity)"
     else:
         candidates = max(1.0, rows * sel)
+        access = "exact scan: rows x selectivity"
     measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
     base = measured if measured is not None else contract.cost.base_latency_ms
+    latency = f"base latency {base:g} ms ({'measured' if measured is not None else 'contract prior'})"
     cost = base + candidates * contract.cost.per_candidate_us / 1000.0 + contract.model_calls * stats.model_call_ms
-    return Estimate(rows=rows, selectivity=sel, candidates=candidates, cost_ms=cost, basis=basis)
+    return Estimate(
+        rows=rows,
+        selectivity=sel,
+        candidates=round(candidates, 3),
+        cost_ms=round(cost, 6),
+        basis=basis,
+        access=access,
+        latency=latency,
+    )
+
+
+class CostModel:
+    """``estimate_scan`` for one compile: each (contract, k, pushed filters) is estimated once.
+
+    Contracts are told apart by ``ref``, unique among the contracts one plan may use. An exact
+    scan's estimate does not depend on ``k``, so exact contracts share one entry for every ``k``.
+    A caller that already holds one object per distinct pushed-filter tuple (a translation)
+    may pass it as ``key`` to spare hashing the filters.
+    """
+
+    def __init__(self, stats: Statistics) -> None:
+        self.stats = stats
+        self._estimates: dict[tuple[str, int, Hashable], Estimate] = {}
+
+    def estimate(
+        self, contract: Contract, *, k: int, pushed: tuple[Filter, ...], ref: str = "", key: Hashable = None
+    ) -> Estimate:
+        approximate = contract.coverage.claim is CoverageClaim.APPROXIMATE
+        entry = (ref or contract.ref, k if approximate else 0, pushed if key is None else key)
+        found = self._estimates.get(entry)
+        if found is None:
+            found = self._estimates[entry] = estimate_scan(contract, k=k, pushed=pushed, stats=self.stats)
+        return found

@@ -46,6 +46,14 @@ def render_text(explain: Explain) -> str:
             for loss in alt.losses:
                 recall = f" recall={loss.recall}" if loss.recall is not None else ""
                 lines.append(f"        filter {loss.filter}: {loss.translation}{recall}")
+            if alt.estimate is not None:
+                est = alt.estimate
+                lines.append(
+                    f"        estimate: {est.rows} rows x selectivity {est.selectivity:.6g} ({est.basis})"
+                    f" -> {est.candidates:.0f} candidates ({est.access}); {est.latency}"
+                )
+            if alt.revision is not None:
+                lines.append(f"        revision: {alt.revision}")
             if alt.early_stop is not None and alt.chosen:
                 verdict = "admissible" if alt.early_stop.admissible else "no"
                 lines.append(f"        early stop: {verdict} ({alt.early_stop.reason})")

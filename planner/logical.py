@@ -8,6 +8,7 @@ canonical form whose fingerprint identifies the plan whatever the key order of i
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Annotated, Literal
 
 import networkx as nx
@@ -148,10 +149,10 @@ class FreshenOp(_Op):
         return (self.input,)
 
 
-Operator = Annotated[
-    UnionOp | CascadeOp | FallbackOp | IntersectOp | JoinOp | RefineOp | CorroborateOp | OpposeOp | FreshenOp,
-    Field(discriminator="op"),
-]
+LogicalOperator = (
+    UnionOp | CascadeOp | FallbackOp | IntersectOp | JoinOp | RefineOp | CorroborateOp | OpposeOp | FreshenOp
+)
+Operator = Annotated[LogicalOperator, Field(discriminator="op")]
 
 COMMUTATIVE = frozenset({"union", "intersect", "corroborate"})
 
@@ -188,16 +189,18 @@ class LogicalPlan(Record):
         size = len(self.obligations) + len(self.operators)
         if size > self.budget.max_nodes:
             raise ValueError(f"plan has {size} nodes; budget.max_nodes is {self.budget.max_nodes}")
+        if size > self.budget.max_memo_alternatives:
+            # Every node is one memo group and needs at least one alternative to be planned.
+            raise ValueError(
+                f"plan has {size} nodes; budget.max_memo_alternatives is {self.budget.max_memo_alternatives}"
+                " (every node needs at least one alternative)"
+            )
         return self
 
     def obligation(self, node_id: str) -> Obligation | None:
         return next((o for o in self.obligations if o.id == node_id), None)
 
-    def operator(
-        self, node_id: str
-    ) -> (
-        UnionOp | CascadeOp | FallbackOp | IntersectOp | JoinOp | RefineOp | CorroborateOp | OpposeOp | FreshenOp | None
-    ):
+    def operator(self, node_id: str) -> LogicalOperator | None:
         return next((o for o in self.operators if o.id == node_id), None)
 
 
@@ -224,7 +227,7 @@ def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
         plan = LogicalPlan.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        if err["type"] == "value_error" and "budget.max_nodes" in str(err["msg"]):
+        if err["type"] == "value_error" and "; budget.max_" in str(err["msg"]):
             raise BoundExceeded(str(err["msg"]).removeprefix("Value error, "), where=where) from exc
         raise PlanError(_located(first_validation_error(exc), raw), where=where) from exc
     check_graph(plan, where=where)
@@ -299,7 +302,42 @@ def normalize(plan: LogicalPlan) -> LogicalPlan:
 
 
 def logical_fingerprint(plan: LogicalPlan) -> str:
-    return fingerprint(normalize(plan))
+    """``fingerprint(normalize(plan))``, computed on the plan's JSON data without rebuilding models."""
+    data = plan.model_dump(mode="json")
+    obligations = sorted(data["obligations"], key=lambda o: o["id"])
+    for ob in obligations:
+        ob["hard_filters"] = sorted(ob["hard_filters"], key=fingerprint)
+        ob["soft_filters"] = sorted(ob["soft_filters"], key=fingerprint)
+    operators = sorted(data["operators"], key=lambda o: o["id"])
+    for op in operators:
+        if op["op"] in COMMUTATIVE:
+            op["inputs"] = sorted(op["inputs"])
+        if op["op"] == "refine":
+            op["filters"] = sorted(op["filters"], key=fingerprint)
+    data["obligations"], data["operators"] = obligations, operators
+    return fingerprint(data)
+
+
+_RECENT_DIGESTS: list[tuple[weakref.ref[LogicalPlan], dict[str, str], str]] = []
+_RECENT_LIMIT = 64
+
+
+def plan_digest(plan: LogicalPlan) -> str:
+    """The fingerprint of this plan exactly as given (not normalized), computed once per object.
+
+    A plan cache key must change whenever the plan does. Every field of a ``LogicalPlan`` is
+    immutable except the ``contracts`` dict, so the digests of the most recently seen plan
+    objects are kept (held weakly, found by identity) and reused while that dict is unchanged.
+    """
+    for ref, contracts, digest in _RECENT_DIGESTS:
+        if ref() is plan:
+            if contracts == plan.contracts:
+                return digest
+            break
+    digest = fingerprint(plan)
+    alive = [entry for entry in _RECENT_DIGESTS if (found := entry[0]()) is not None and found is not plan]
+    _RECENT_DIGESTS[:] = [(weakref.ref(plan), dict(plan.contracts), digest), *alive[: _RECENT_LIMIT - 1]]
+    return digest
 
 
 def plan_json_schema() -> dict[str, object]:

@@ -9,17 +9,23 @@ coverage the scan can reach, the egress verdict (I15), model calls and early-sto
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from planner.logical import LogicalPlan, Obligation
 from rsc import (
     Contract,
     ContractEgress,
     Egress,
+    Filter,
+    FilterSupport,
     FilterSupportClass,
     GapKind,
+    QueryClass,
     Record,
+    ScoreKind,
     SearchCoverage,
+    Strategy,
     UnknownFilterField,
     Version,
     VersionRange,
@@ -102,81 +108,222 @@ def pinned_contracts(plan: LogicalPlan, contracts: Sequence[Contract], *, where:
     return tuple(chosen)
 
 
-def match(ob: Obligation, contract: Contract) -> Match:
-    reasons: list[str] = []
-    gap: GapKind | None = None
-    if ob.query_class not in contract.query_classes:
-        reasons.append(f"query class {ob.query_class.value} is not among {[q.value for q in contract.query_classes]}")
-        gap = gap or GapKind.NO_ELIGIBLE_BACKEND
-    if ob.kind not in contract.obligation_kinds:
-        reasons.append(f"obligation kind {ob.kind.value} is not served")
-        gap = gap or GapKind.NO_ELIGIBLE_BACKEND
-    if not set(ob.query.parts()) & set(contract.query_parts):
-        reasons.append(f"query has {list(ob.query.parts())}; contract needs one of {list(contract.query_parts)}")
-        gap = gap or GapKind.NO_ELIGIBLE_BACKEND
-    if ob.allow_contracts and contract.rsc_id not in ob.allow_contracts:
-        reasons.append(f"not in the obligation's allow_contracts {list(ob.allow_contracts)}")
-        gap = gap or GapKind.NO_ELIGIBLE_BACKEND
-    egress: Literal["allowed", "denied"] = "allowed"
-    if ob.egress is Egress.LOCAL and contract.egress is ContractEgress.REMOTE:
-        egress = "denied"
-        reasons.append("egress: obligation is local-only and this contract is remote")
-        gap = gap or GapKind.EGRESS_DENIED
-    losses: list[FilterLoss] = []
+_UNSUPPORTED = FilterSupport(support=FilterSupportClass.UNSUPPORTED, ops=())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Translation:
+    """An obligation's hard filters as one contract would apply them (I4).
+
+    Compared and hashed by identity: a ``Matcher`` makes one per (contract, filters).
+    """
+
+    losses: tuple[FilterLoss, ...]
+    reach: SearchCoverage
+    pushed: tuple[Filter, ...]
+    residual: tuple[Filter, ...]
+    impossible: tuple[str, ...]
+
+
+def translate(
+    contract: Contract,
+    filters: tuple[Filter, ...],
+    losses_seen: dict[tuple[object, ...], FilterLoss] | None = None,
+) -> Translation:
+    """``losses_seen`` shares one ``FilterLoss`` between contracts with the same support for a field."""
+    losses = []
+    impossible = []
     reach = contract.coverage.best_reach()
-    for flt in ob.hard_filters:
-        support = contract.filter_support(flt.field)
-        desc = flt.describe()
-        if support.support is FilterSupportClass.UNSUPPORTED or flt.op not in support.ops:
-            why = (
-                "unsupported" if support.support is FilterSupportClass.UNSUPPORTED else f"op {flt.op.value} unsupported"
-            )
-            losses.append(FilterLoss(field=flt.field, filter=desc, translation="impossible", detail=why))
-            reasons.append(f"hard filter {desc}: {why}")
-            gap = gap or GapKind.UNSUPPORTED_FILTER
-        elif support.support is FilterSupportClass.POSTFILTER_ONLY:
-            losses.append(
-                FilterLoss(
-                    field=flt.field,
-                    filter=desc,
-                    translation="residual_postfilter",
-                    detail="applied after top-k: never exhaustive, may return fewer than k",
-                )
-            )
-            reach = weakest(reach, SearchCoverage.HEURISTIC)
-        elif support.support is FilterSupportClass.NATIVE_FILTERED_ANN:
-            losses.append(
-                FilterLoss(
-                    field=flt.field,
-                    filter=desc,
-                    translation="pushed_ann",
-                    recall=support.recall,
-                    detail=f"filtered ANN ({support.profile}), measured recall {support.recall}",
-                )
-            )
-            reach = weakest(reach, SearchCoverage.HEURISTIC)
+    for flt in filters:
+        support = contract.filters.get(flt.field, _UNSUPPORTED)
+        if losses_seen is None:
+            loss = filter_loss(support, flt)
         else:
-            losses.append(
-                FilterLoss(field=flt.field, filter=desc, translation="pushed_exact", detail="exact prefilter")
-            )
-    if reach.rank < ob.required_coverage.rank and not reasons:
-        reasons.append(f"reaches {reach.value} coverage; obligation requires {ob.required_coverage.value}")
-        gap = gap or (
-            GapKind.POSTFILTER_ONLY_FILTER
-            if any(loss.translation == "residual_postfilter" for loss in losses)
-            else GapKind.NO_ELIGIBLE_BACKEND
-        )
-    return Match(
-        obligation=ob.id,
-        rsc=contract.ref,
-        rsc_id=contract.rsc_id,
-        backend=contract.backend,
-        eligible=not reasons,
-        rejected_because=tuple(reasons),
-        reject_gap=gap,
+            key = (support.support, support.ops, support.profile, support.recall, flt)
+            found = losses_seen.get(key)
+            loss = found if found is not None else losses_seen.setdefault(key, filter_loss(support, flt))
+        losses.append(loss)
+        if loss.translation == "impossible":
+            impossible.append(f"hard filter {loss.filter}: {loss.detail}")
+        elif loss.translation != "pushed_exact":
+            # A postfilter after top-k, or a filtered ANN, is never exhaustive (I4).
+            reach = weakest(reach, SearchCoverage.HEURISTIC)
+    return Translation(
         losses=tuple(losses),
         reach=reach,
-        egress=egress,
-        model_calls=contract.model_calls,
-        early_stop=contract.early_stop.sorted_access and contract.early_stop.random_access,
+        pushed=tuple(f for f, loss in zip(filters, losses, strict=True) if loss.translation != "residual_postfilter"),
+        residual=tuple(f for f, loss in zip(filters, losses, strict=True) if loss.translation == "residual_postfilter"),
+        impossible=tuple(impossible),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What matching reads from one contract, worked out once."""
+
+    ref: str
+    classes: str
+    parts: str
+    remote: bool
+    early_stop: bool
+    strategy: Strategy
+
+
+class Verdict(NamedTuple):
+    """What ``match`` decides for one (obligation, contract), before it becomes a ``Match``."""
+
+    contract: Contract
+    ref: str
+    strategy: Strategy
+    eligible: bool
+    rejected_because: tuple[str, ...]
+    reject_gap: GapKind | None
+    translation: Translation
+    egress: Literal["allowed", "denied"]
+    early_stop: bool
+
+    @property
+    def reach(self) -> SearchCoverage:
+        return self.translation.reach
+
+
+class Matcher:
+    """``match`` for one compile, with what does not depend on the obligation worked out once.
+
+    Contracts are told apart by ``ref``, unique among the contracts one plan may use; each
+    (contract, hard filters) translation is made once.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[str, _Facts] = {}
+        self._translations: dict[tuple[str, tuple[Filter, ...]], Translation] = {}
+        self._of_obligation: dict[tuple[str, str], tuple[tuple[Filter, ...], Translation]] = {}
+        self._losses: dict[tuple[object, ...], FilterLoss] = {}
+
+    def facts(self, contract: Contract) -> _Facts:
+        ref = contract.ref
+        found = self._facts.get(ref)
+        if found is None:
+            found = self._facts[ref] = _Facts(
+                ref=ref,
+                classes=str([q.value for q in contract.query_classes]),
+                parts=str(list(contract.query_parts)),
+                remote=contract.egress is ContractEgress.REMOTE,
+                early_stop=contract.early_stop.sorted_access and contract.early_stop.random_access,
+                strategy=contract_strategy(contract),
+            )
+        return found
+
+    def translation(self, contract: Contract, filters: tuple[Filter, ...], *, ref: str = "") -> Translation:
+        key = (ref or contract.ref, filters)
+        found = self._translations.get(key)
+        if found is None:
+            found = self._translations[key] = translate(contract, filters, self._losses)
+        return found
+
+    def check(self, ob: Obligation, contract: Contract) -> Verdict:
+        facts = self.facts(contract)
+        reasons: list[str] = []
+        gap: GapKind | None = None
+        if ob.query_class not in contract.query_classes:
+            reasons.append(f"query class {ob.query_class.value} is not among {facts.classes}")
+            gap = GapKind.NO_ELIGIBLE_BACKEND
+        if ob.kind not in contract.obligation_kinds:
+            reasons.append(f"obligation kind {ob.kind.value} is not served")
+            gap = GapKind.NO_ELIGIBLE_BACKEND
+        parts = ob.query.parts()
+        if not any(part in contract.query_parts for part in parts):
+            reasons.append(f"query has {list(parts)}; contract needs one of {facts.parts}")
+            gap = GapKind.NO_ELIGIBLE_BACKEND
+        if ob.allow_contracts and contract.rsc_id not in ob.allow_contracts:
+            reasons.append(f"not in the obligation's allow_contracts {list(ob.allow_contracts)}")
+            gap = GapKind.NO_ELIGIBLE_BACKEND
+        egress: Literal["allowed", "denied"] = "allowed"
+        if facts.remote and ob.egress is Egress.LOCAL:
+            egress = "denied"
+            reasons.append("egress: obligation is local-only and this contract is remote")
+            gap = gap or GapKind.EGRESS_DENIED
+        # An obligation is checked against every contract, sometimes twice: find its filters'
+        # translation by obligation id while they are the very same tuple, by content otherwise.
+        seen = self._of_obligation.get((facts.ref, ob.id))
+        if seen is not None and seen[0] is ob.hard_filters:
+            tr = seen[1]
+        else:
+            tr = self.translation(contract, ob.hard_filters, ref=facts.ref)
+            self._of_obligation[(facts.ref, ob.id)] = (ob.hard_filters, tr)
+        if tr.impossible:
+            reasons += tr.impossible
+            gap = gap or GapKind.UNSUPPORTED_FILTER
+        if tr.reach.rank < ob.required_coverage.rank and not reasons:
+            reasons.append(f"reaches {tr.reach.value} coverage; obligation requires {ob.required_coverage.value}")
+            gap = GapKind.POSTFILTER_ONLY_FILTER if tr.residual else GapKind.NO_ELIGIBLE_BACKEND
+        return Verdict(
+            contract=contract,
+            ref=facts.ref,
+            strategy=facts.strategy,
+            eligible=not reasons,
+            rejected_because=tuple(reasons),
+            reject_gap=gap,
+            translation=tr,
+            egress=egress,
+            early_stop=facts.early_stop,
+        )
+
+    def match(self, ob: Obligation, contract: Contract) -> Match:
+        verdict = self.check(ob, contract)
+        return Match(
+            obligation=ob.id,
+            rsc=verdict.ref,
+            rsc_id=contract.rsc_id,
+            backend=contract.backend,
+            eligible=verdict.eligible,
+            rejected_because=verdict.rejected_because,
+            reject_gap=verdict.reject_gap,
+            losses=verdict.translation.losses,
+            reach=verdict.reach,
+            egress=verdict.egress,
+            model_calls=contract.model_calls,
+            early_stop=verdict.early_stop,
+        )
+
+
+def match(ob: Obligation, contract: Contract) -> Match:
+    """Whether ``contract`` may serve ``ob``, how its hard filters translate, and what it can claim."""
+    return Matcher().match(ob, contract)
+
+
+def filter_loss(support: FilterSupport, flt: Filter) -> FilterLoss:
+    """How one hard filter translates under one field's support class (I4)."""
+    desc = flt.describe()
+    if support.support is FilterSupportClass.UNSUPPORTED or flt.op not in support.ops:
+        why = "unsupported" if support.support is FilterSupportClass.UNSUPPORTED else f"op {flt.op.value} unsupported"
+        return FilterLoss(field=flt.field, filter=desc, translation="impossible", detail=why)
+    if support.support is FilterSupportClass.POSTFILTER_ONLY:
+        return FilterLoss(
+            field=flt.field,
+            filter=desc,
+            translation="residual_postfilter",
+            detail="applied after top-k: never exhaustive, may return fewer than k",
+        )
+    if support.support is FilterSupportClass.NATIVE_FILTERED_ANN:
+        return FilterLoss(
+            field=flt.field,
+            filter=desc,
+            translation="pushed_ann",
+            recall=support.recall,
+            detail=f"filtered ANN ({support.profile}), measured recall {support.recall}",
+        )
+    return FilterLoss(field=flt.field, filter=desc, translation="pushed_exact", detail="exact prefilter")
+
+
+def contract_strategy(contract: Contract) -> Strategy:
+    """The strategy a contract implements, from what it declares."""
+    if contract.score_kind is ScoreKind.EXACT_MATCH:
+        return Strategy.EXACT
+    if contract.score_kind is ScoreKind.BM25:
+        return Strategy.LEXICAL
+    if contract.score_kind in (ScoreKind.COSINE_DISTANCE, ScoreKind.L2_DISTANCE):
+        return Strategy.VECTOR
+    if contract.score_kind is ScoreKind.HOPS:
+        return Strategy.STRUCTURAL if QueryClass.SYMBOL_RELATION in contract.query_classes else Strategy.GRAPH
+    return Strategy.LEXICAL

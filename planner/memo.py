@@ -7,18 +7,25 @@ required coverage); every other alternative keeps the reason it lost.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from planner.cost import Statistics
-from planner.logical import Budget, LogicalPlan, Obligation
-from planner.matching import FilterLoss, Match
+from planner.cost import CostModel, Estimate, Statistics
+from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
+from planner.matching import FilterLoss, Match, Matcher
 from planner.physical import EarlyStopVerdict, PhysicalNode
-from rsc import Contract, Record, ScoreKind, SearchCoverage, Strategy
+from rsc import Contract, Filter, Record, SearchCoverage, Strategy
 
 
 class Alternative(Record):
+    """One physical way to serve a group, as a rule made it.
+
+    ``estimate`` is how a scan's cost was reached (rows, selectivity and its basis);
+    ``revision`` says what a physical revision changed, and is recorded in the explain's
+    revisions when the alternative is chosen.
+    """
+
     rule: str
     rsc: str = ""
     strategy: Strategy | None = None
@@ -30,6 +37,8 @@ class Alternative(Record):
     chosen: bool = False
     rejected_because: tuple[str, ...] = ()
     early_stop: EarlyStopVerdict | None = None
+    estimate: Estimate | None = None
+    revision: str | None = None
     implementation: PhysicalNode | None = None
 
 
@@ -60,27 +69,41 @@ class GroupContext:
     stats: Statistics
     budget: Budget
     obligation: Obligation | None = None
-    matches: tuple[Match, ...] = ()
     child_groups: tuple[int, ...] = ()
     chosen_children: dict[str, Alternative] = field(default_factory=dict)
     parents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    by_ref: Mapping[str, Contract] = field(default_factory=dict)
+    obligations: Mapping[str, Obligation] = field(default_factory=dict)
+    operators: Mapping[str, LogicalOperator] = field(default_factory=dict)
+    matcher: Matcher = field(default_factory=Matcher)
+    costs: CostModel | None = None
+    _matches: tuple[Match, ...] | None = field(default=None, repr=False)
+
+    @property
+    def matches(self) -> tuple[Match, ...]:
+        """The group's obligation matched against every contract (made when first asked for)."""
+        if self._matches is None:
+            ob = self.obligation
+            self._matches = tuple(self.matcher.match(ob, c) for c in self.contracts) if ob is not None else ()
+        return self._matches
+
+    def estimate(
+        self, contract: Contract, *, k: int, pushed: tuple[Filter, ...], ref: str = "", key: Hashable = None
+    ) -> Estimate:
+        if self.costs is None:
+            self.costs = CostModel(self.stats)
+        return self.costs.estimate(contract, k=k, pushed=pushed, ref=ref, key=key)
 
     def contract(self, ref: str) -> Contract:
-        return next(c for c in self.contracts if c.ref == ref)
+        found = self.by_ref.get(ref)
+        return found if found is not None else next(c for c in self.contracts if c.ref == ref)
 
+    def obligation_of(self, node_id: str) -> Obligation | None:
+        """The obligation with this id, if the node is one (indexed once per compile)."""
+        return self.obligations.get(node_id) if self.obligations else self.plan.obligation(node_id)
 
-def contract_strategy(contract: Contract) -> Strategy:
-    """The strategy a contract implements, from what it declares."""
-    if contract.score_kind is ScoreKind.EXACT_MATCH:
-        return Strategy.EXACT
-    if contract.score_kind is ScoreKind.BM25:
-        return Strategy.LEXICAL
-    if contract.score_kind in (ScoreKind.COSINE_DISTANCE, ScoreKind.L2_DISTANCE):
-        return Strategy.VECTOR
-    if contract.score_kind is ScoreKind.HOPS:
-        names = {q.value for q in contract.query_classes}
-        return Strategy.STRUCTURAL if "symbol_relation" in names else Strategy.GRAPH
-    return Strategy.LEXICAL
+    def operator_of(self, node_id: str) -> LogicalOperator | None:
+        return self.operators.get(node_id) if self.operators else self.plan.operator(node_id)
 
 
 def choose(
@@ -96,47 +119,64 @@ def choose(
     if not pool and must_choose:
         pool, how = [a for a in alternatives if a.eligible], "fallback"
     if not pool:
-        return tuple(alternatives), "none"
-    best = min(pool, key=lambda a: (a.cost, -a.reach.rank, a.rule, a.rsc))
+        how = "none"
+    best = min(pool, key=lambda a: (a.cost, -a.reach.rank, a.rule, a.rsc)) if pool else None
     out = []
     for alt in alternatives:
+        # Only the chosen alternative's implementation is used; the others drop theirs.
         if alt is best:
             out.append(alt.model_copy(update={"chosen": True}))
         elif alt.rejected_because:
             out.append(alt)
         elif alt.eligible and alt.reach.rank < required.rank:
-            out.append(
-                alt.model_copy(update={"rejected_because": (f"reaches {alt.reach.value}; required {required.value}",)})
-            )
+            out.append(_rejected(alt, f"reaches {alt.reach.value}; required {required.value}"))
         elif policy is not None and alt.strategy not in (policy, None) and how == "policy":
             out.append(
-                alt.model_copy(
-                    update={
-                        "rejected_because": (
-                            f"strategy {alt.strategy.value if alt.strategy else '-'}"
-                            f" is not the policy strategy {policy.value}",
-                        )
-                    }
+                _rejected(
+                    alt,
+                    f"strategy {alt.strategy.value if alt.strategy else '-'} is not the policy strategy {policy.value}",
                 )
             )
-        else:
-            out.append(
-                alt.model_copy(
-                    update={
-                        "rejected_because": (
-                            f"cost {alt.cost:.3f} ms > chosen {best.cost:.3f} ms ({best.rule} {best.rsc})".rstrip(),
-                        )
-                    }
-                )
-            )
+        elif best is not None:
+            out.append(_rejected(alt, f"cost {alt.cost:.3f} ms > chosen {best.cost:.3f} ms ({_name(best)})"))
+        else:  # pragma: no cover - an eligible alternative at the required coverage is always in the pool
+            out.append(alt)
     return tuple(out), how
 
 
-def prune(alternatives: Sequence[Alternative], limit: int) -> tuple[tuple[Alternative, ...], tuple[str, ...]]:
-    """Keep at most ``limit`` alternatives: eligible first, then cheapest; record the rest."""
-    ranked = sorted(enumerate(alternatives), key=lambda p: (not p[1].eligible, p[1].cost, p[1].rule, p[1].rsc, p[0]))
+def _name(alt: Alternative) -> str:
+    return f"{alt.rule} {alt.rsc}" if alt.rsc else alt.rule
+
+
+def _rejected(alt: Alternative, reason: str) -> Alternative:
+    return alt.model_copy(update={"rejected_because": (reason,), "implementation": None})
+
+
+def prune(
+    alternatives: Sequence[Alternative],
+    limit: int,
+    *,
+    policy: Strategy | None = None,
+    required: SearchCoverage = SearchCoverage.UNKNOWN,
+    bound: str = "",
+) -> tuple[tuple[Alternative, ...], tuple[str, ...]]:
+    """Keep at most ``limit`` alternatives and record the rest with the bound that cut them.
+
+    The ranking is the one ``choose`` applies (eligible at the required coverage under the
+    policy strategy, then eligible at the required coverage, then eligible; cheapest first),
+    so pruning never removes the alternative that would have been chosen.
+    """
+
+    def rank(item: tuple[int, Alternative]) -> tuple[bool, bool, bool, float, int, str, str, int]:
+        index, alt = item
+        usable = alt.eligible and alt.reach.rank >= required.rank
+        preferred = usable and (policy is None or alt.strategy in (policy, None))
+        return (not preferred, not usable, not alt.eligible, alt.cost, -alt.reach.rank, alt.rule, alt.rsc, index)
+
+    if len(alternatives) <= limit:
+        return tuple(alternatives), ()
+    ranked = sorted(enumerate(alternatives), key=rank)
     kept = sorted(ranked[:limit], key=lambda p: p[0])
-    notes = tuple(
-        f"{a.rule} {a.rsc} cost={a.cost:.3f}: over max_alternatives_per_group={limit}" for _, a in ranked[limit:]
-    )
+    why = bound or f"limit {limit}"
+    notes = tuple(f"{_name(a)} cost={a.cost:.3f}: over {why}" for _, a in ranked[limit:])
     return tuple(a for _, a in kept), notes

@@ -7,14 +7,13 @@ gives the same explain bytes.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-import networkx as nx
-
-from planner.cost import Statistics
+from planner.cost import CostModel, Statistics
 from planner.logical import LogicalPlan, Obligation, logical_fingerprint
-from planner.matching import Match, check_filter_fields, match, pinned_contracts
+from planner.matching import Match, Matcher, check_filter_fields, pinned_contracts
 from planner.memo import Alternative, Group, GroupContext, Revision, choose, prune
 from planner.physical import PhysicalNode, UnsatisfiableNode
 from planner.rules import LEAF_RULES, OPERATOR_RULES
@@ -25,6 +24,7 @@ from rsc import (
     GapKind,
     Record,
     SearchCoverage,
+    Strategy,
     fingerprint,
     weakest,
 )
@@ -62,9 +62,16 @@ class Explain(Record):
 
 
 def plan_fingerprint(
-    plan: LogicalPlan, contracts: Sequence[Contract], backend_generations: Mapping[str, str]
+    plan: LogicalPlan,
+    contracts: Sequence[Contract],
+    backend_generations: Mapping[str, str],
+    *,
+    logical: str | None = None,
 ) -> tuple[str, str, dict[str, str]]:
-    """The plan fingerprint (I6) and its parts: contracts, and the generations of their backends."""
+    """The plan fingerprint (I6) and its parts: contracts, and the generations of their backends.
+
+    ``logical`` is the plan's logical fingerprint when the caller has already computed it.
+    """
     contract_part = fingerprint(
         [{"rsc_id": c.rsc_id, "version": c.version, "translator": c.translator_version} for c in contracts]
     )
@@ -72,7 +79,7 @@ def plan_fingerprint(
     generations = {b: backend_generations.get(b, "absent") for b in backends}
     plan_fp = fingerprint(
         {
-            "logical": logical_fingerprint(plan),
+            "logical": logical if logical is not None else logical_fingerprint(plan),
             "contracts": contract_part,
             "backends": generations,
             "caller": plan.generations,
@@ -83,6 +90,7 @@ def plan_fingerprint(
 
 def number_groups(plan: LogicalPlan) -> dict[str, int]:
     """Breadth-first from the root, inputs in plan order: G1 is the root."""
+    inputs = {op.id: op.inputs_of() for op in plan.operators}
     numbering: dict[str, int] = {}
     queue = deque([plan.root])
     while queue:
@@ -90,9 +98,7 @@ def number_groups(plan: LogicalPlan) -> dict[str, int]:
         if node in numbering:
             continue
         numbering[node] = len(numbering) + 1
-        op = plan.operator(node)
-        if op is not None:
-            queue.extend(op.inputs_of())
+        queue.extend(inputs.get(node, ()))
     return numbering
 
 
@@ -105,25 +111,31 @@ def _parents(plan: LogicalPlan) -> dict[str, tuple[str, ...]]:
 
 
 def _bottom_up(plan: LogicalPlan, numbering: dict[str, int]) -> list[str]:
-    graph: nx.DiGraph[str] = nx.DiGraph()
-    graph.add_nodes_from(numbering)
+    """Every input before the operators that read it; ties go to the lowest group number.
+
+    Kahn's algorithm from the root down, always taking the ready node with the lowest group
+    number, then reversed.
+    """
+    children: dict[str, list[str]] = {}
+    waiting: dict[str, int] = dict.fromkeys(numbering, 0)
     for op in plan.operators:
-        for child in op.inputs_of():
-            graph.add_edge(op.id, child)
-    top_down = list(nx.lexicographical_topological_sort(graph, key=lambda n: f"{numbering[n]:08d}"))
+        if op.id not in numbering:
+            continue
+        unique = list(dict.fromkeys(op.inputs_of()))
+        children[op.id] = unique
+        for child in unique:
+            waiting[child] += 1
+    ready = [(numbering[n], n) for n, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    top_down: list[str] = []
+    while ready:
+        _, node = heapq.heappop(ready)
+        top_down.append(node)
+        for child in children.get(node, ()):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, (numbering[child], child))
     return list(reversed(top_down))
-
-
-def _descendant_obligations(plan: LogicalPlan, node: str) -> list[Obligation]:
-    ob = plan.obligation(node)
-    if ob is not None:
-        return [ob]
-    op = plan.operator(node)
-    assert op is not None
-    out: list[Obligation] = []
-    for child in op.inputs_of():
-        out += _descendant_obligations(plan, child)
-    return out
 
 
 def unsatisfiable_gaps(ob: Obligation, matches: Sequence[Match], others: Sequence[Alternative]) -> tuple[Gap, ...]:
@@ -136,7 +148,13 @@ def unsatisfiable_gaps(ob: Obligation, matches: Sequence[Match], others: Sequenc
         gaps.append(Gap(kind=kind, obligation=ob.id, detail=detail))
     if not gaps:
         reasons = [f"{m.rsc}: {', '.join(m.rejected_because)}" for m in matches]
-        reasons += [f"{a.rule}: {', '.join(a.rejected_because)}" for a in others if a.rejected_because]
+        # A scan alternative's reasons are its match's; other rules' reasons are added once.
+        stated = {(m.rsc, m.rejected_because) for m in matches}
+        reasons += [
+            f"{a.rule}: {', '.join(a.rejected_because)}"
+            for a in others
+            if a.rejected_because and (a.rsc, a.rejected_because) not in stated
+        ]
         gaps.append(
             Gap(
                 kind=GapKind.NO_ELIGIBLE_BACKEND,
@@ -157,18 +175,26 @@ def compile_plan(
 ) -> Explain:
     check_filter_fields(plan, contracts, where=where)
     usable = pinned_contracts(plan, contracts, where=where)
+    by_ref = {c.ref: c for c in usable}
+    matcher = Matcher()
+    costs = CostModel(stats)
+    obligations = {o.id: o for o in plan.obligations}
+    operators = {o.id: o for o in plan.operators}
     numbering = number_groups(plan)
+    order = _bottom_up(plan, numbering)
     parents = _parents(plan)
     budget = plan.budget
     chosen: dict[str, Alternative] = {}
+    required_of: dict[str, SearchCoverage] = {}
     groups: dict[str, Group] = {}
     revisions: list[Revision] = []
     total_alternatives = 0
     pruned_count = 0
     memo_limited: list[str] = []
-    for node in _bottom_up(plan, numbering):
+    for position, node in enumerate(order):
         gid = numbering[node]
-        ob = plan.obligation(node)
+        ob = obligations.get(node)
+        operator = operators.get(node)
         ctx = GroupContext(
             plan=plan,
             group_id=gid,
@@ -179,28 +205,41 @@ def compile_plan(
             obligation=ob,
             chosen_children=chosen,
             parents=parents,
+            by_ref=by_ref,
+            obligations=obligations,
+            operators=operators,
+            matcher=matcher,
+            costs=costs,
         )
+        policy: Strategy | None
         if ob is not None:
-            ctx.matches = tuple(match(ob, c) for c in usable)
             made = [alt for rule in LEAF_RULES for alt in rule(ctx)]
             policy = ob.strategy or DEFAULT_STRATEGY[ob.query_class]
             required = ob.required_coverage
         else:
+            assert operator is not None
             made = [alt for rule in OPERATOR_RULES for alt in rule(ctx)]
             policy = None
-            required = weakest(*(o.required_coverage for o in _descendant_obligations(plan, node)))
-        limit = budget.max_alternatives_per_group
-        if total_alternatives + min(len(made), limit) > budget.max_memo_alternatives:
-            limit = max(1, budget.max_memo_alternatives - total_alternatives)
+            # Never better than the weakest obligation underneath (children are planned first).
+            required = weakest(*(required_of[child] for child in operator.inputs_of()))
+        required_of[node] = required
+        # Every group still to be planned keeps room for one alternative, so the memo bound
+        # holds exactly (the plan model guarantees max_memo_alternatives >= node count).
+        room = budget.max_memo_alternatives - total_alternatives - (len(order) - position - 1)
+        limit = min(budget.max_alternatives_per_group, max(1, room))
+        bound = f"max_alternatives_per_group={budget.max_alternatives_per_group}"
+        if limit < min(len(made), budget.max_alternatives_per_group):
+            bound = f"max_memo_alternatives={budget.max_memo_alternatives} (room for {limit} here)"
             memo_limited.append(node)
-        kept, pruned = prune(made, limit)
+        kept, pruned = prune(made, limit, policy=policy, required=required, bound=bound)
         pruned_count += len(pruned)
         total_alternatives += len(kept)
         alternatives, how = choose(kept, policy=policy, required=required, must_choose=ob is None)
         best = next((a for a in alternatives if a.chosen), None)
         if best is None:
             assert ob is not None
-            gaps = unsatisfiable_gaps(ob, ctx.matches, alternatives)
+            # Every rule's reasons, pruned or not: the gaps do not depend on the memo bounds.
+            gaps = unsatisfiable_gaps(ob, ctx.matches, made)
             best = Alternative(
                 rule="Unsatisfiable",
                 cost=0.0,
@@ -218,18 +257,9 @@ def compile_plan(
                     f"chose {best.strategy.value if best.strategy else best.rule} ({best.rsc})",
                 )
             )
-        if best.rule == "PushRefineIntoScan":
-            revisions.append(
-                Revision(
-                    group=gid,
-                    logical=node,
-                    rule=best.rule,
-                    detail=f"refine filters pushed into the scan of its input ({best.rsc});"
-                    f" coverage kept at {best.reach.value}",
-                )
-            )
+        if best.revision is not None:
+            revisions.append(Revision(group=gid, logical=node, rule=best.rule, detail=best.revision))
         chosen[node] = best
-        operator = plan.operator(node)
         if ob is not None:
             kind = f"obligation {ob.kind.value} {ob.query_class.value}"
         else:
@@ -239,16 +269,20 @@ def compile_plan(
             logical=node,
             kind=kind,
             required=required,
-            alternatives=tuple(a.model_copy(update={"implementation": None}) for a in alternatives),
+            # Implementations live in the physical tree; the memo lists what was weighed.
+            alternatives=tuple(
+                a if a.implementation is None else a.model_copy(update={"implementation": None}) for a in alternatives
+            ),
             pruned=pruned,
         )
     physical = chosen[plan.root].implementation
     assert physical is not None
-    plan_fp, contract_fp, generations = plan_fingerprint(plan, usable, backend_generations)
+    logical_fp = logical_fingerprint(plan)
+    plan_fp, contract_fp, generations = plan_fingerprint(plan, usable, backend_generations, logical=logical_fp)
     return Explain(
         fingerprints=Fingerprints(
             plan=plan_fp,
-            logical=logical_fingerprint(plan),
+            logical=logical_fp,
             contracts=contract_fp,
             backends=generations,
             caller=fingerprint(plan.generations),

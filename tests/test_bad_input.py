@@ -60,7 +60,9 @@ def test_index_of_missing_corpus_writes_nothing(tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "out").exists()
 
 
-def test_index_of_corpus_with_bad_front_matter_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_index_of_corpus_with_bad_front_matter_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.md").write_text("---\nid: a\ntitle: fine\n---\n# A\n\n## One\ntext\n")

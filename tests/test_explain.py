@@ -12,13 +12,18 @@ from pathlib import Path
 import pytest
 
 from planner import compile_plan, parse_plan, render_json, render_text
-from race.engine import Engine, known_contracts
 from race.cli import main
+from race.engine import Engine, known_contracts
 from tests.conftest import FIXTURES
 
 GOLDEN = FIXTURES / "golden"
 PLANS = sorted(p for p in (FIXTURES / "plans").glob("*.json"))
-FIXED_GENERATIONS = {"tantivy": "tantivy:golden", "lancedb": "lancedb:golden", "graph": "graph:golden", "remote": "remote:golden"}
+FIXED_GENERATIONS = {
+    "tantivy": "tantivy:golden",
+    "lancedb": "lancedb:golden",
+    "graph": "graph:golden",
+    "remote": "remote:golden",
+}
 
 
 def _explain(plan_path: Path, engine: Engine) -> tuple[str, str]:

@@ -7,10 +7,9 @@ losses and coverage, and the hybrid is never better covered than its weaker leg.
 
 from __future__ import annotations
 
-from planner.cost import estimate_scan
-from planner.matching import match
+from planner.matching import Match
 from planner.memo import Alternative, GroupContext
-from planner.physical import EarlyStopVerdict, FusionSpec, HybridNode
+from planner.physical import EarlyStopVerdict, FusionSpec, HybridNode, ScanNode
 from planner.rules.scan_contract import build_scan
 from rsc import QueryClass, Strategy, weakest
 
@@ -23,15 +22,19 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
         return ()
     if ob.query_class is not QueryClass.BROAD_QUESTION and ob.strategy is not Strategy.HYBRID:
         return ()
+    # The obligation re-matched as a lexical and as a conceptual query; a contract that does
+    # not serve the class could not be eligible, so it is not matched at all.
+    as_lexical = ob.model_copy(update={"query_class": QueryClass.LEXICAL})
+    as_vector = ob.model_copy(update={"query_class": QueryClass.CONCEPTUAL})
     lexical = [
         m
         for c in group.contracts
-        if (m := match(ob.model_copy(update={"query_class": QueryClass.LEXICAL}), c)).eligible
+        if QueryClass.LEXICAL in c.query_classes and (m := group.matcher.match(as_lexical, c)).eligible
     ]
     vector = [
         m
         for c in group.contracts
-        if (m := match(ob.model_copy(update={"query_class": QueryClass.CONCEPTUAL}), c)).eligible
+        if QueryClass.CONCEPTUAL in c.query_classes and (m := group.matcher.match(as_vector, c)).eligible
     ]
     if not lexical or not vector:
         missing = "lexical" if not lexical else "vector"
@@ -46,26 +49,22 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
                 rejected_because=(f"no eligible {missing} leg",),
             ),
         )
+    built: dict[str, ScanNode] = {}
+
+    def leg(m: Match) -> ScanNode:
+        if m.rsc not in built:
+            contract = group.contract(m.rsc)
+            tr = group.matcher.translation(contract, ob.hard_filters)
+            est = group.estimate(contract, k=ob.k, pushed=tr.pushed, key=tr)
+            built[m.rsc] = build_scan(
+                group, m.rsc, pushed=tr.pushed, residual=tr.residual, cost=est.cost_ms, reach=m.reach
+            )
+        return built[m.rsc]
+
     out = []
     for lex in sorted(lexical, key=lambda m: m.rsc):
         for vec in sorted(vector, key=lambda m: m.rsc):
-            legs = []
-            total = 0.0
-            for m in (lex, vec):
-                contract = group.contract(m.rsc)
-                pushed = tuple(
-                    f
-                    for f, loss in zip(ob.hard_filters, m.losses, strict=True)
-                    if loss.translation != "residual_postfilter"
-                )
-                residual = tuple(
-                    f
-                    for f, loss in zip(ob.hard_filters, m.losses, strict=True)
-                    if loss.translation == "residual_postfilter"
-                )
-                est = estimate_scan(contract, k=ob.k, pushed=pushed, stats=group.stats)
-                total += est.cost_ms
-                legs.append(build_scan(group, m.rsc, pushed=pushed, residual=residual, cost=est.cost_ms, reach=m.reach))
+            legs = (leg(lex), leg(vec))
             reach = weakest(lex.reach, vec.reach)
             contracts = [group.contract(m.rsc) for m in (lex, vec)]
             lacking = [c.ref for c in contracts if not (c.early_stop.sorted_access and c.early_stop.random_access)]
@@ -90,7 +89,7 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
                     implementation=HybridNode(
                         node=ob.id,
                         group=group.group_id,
-                        legs=tuple(legs),
+                        legs=legs,
                         fusion=FusionSpec(),
                         reach=reach,
                         early_stop=verdict,

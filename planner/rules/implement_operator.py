@@ -13,7 +13,7 @@ _FUSING = {"union", "intersect", "corroborate"}
 
 
 def implement_operator(group: GroupContext) -> tuple[Alternative, ...]:
-    op = group.plan.operator(group.node_id)
+    op = group.operator_of(group.node_id)
     if op is None:
         return ()
     inputs = op.inputs_of()

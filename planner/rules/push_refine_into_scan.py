@@ -18,7 +18,7 @@ RULE = "PushRefineIntoScan"
 
 
 def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
-    op = group.plan.operator(group.node_id)
+    op = group.operator_of(group.node_id)
     if not isinstance(op, RefineOp) or not op.filters:
         return ()
     child = group.chosen_children.get(op.input)
@@ -44,7 +44,7 @@ def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
                 rejected_because=tuple(reasons),
             ),
         )
-    obligation = group.plan.obligation(op.input)
+    obligation = group.obligation_of(op.input)
     assert obligation is not None
     sub = type(group)(
         plan=group.plan,
@@ -54,6 +54,9 @@ def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
         stats=group.stats,
         budget=group.budget,
         obligation=obligation,
+        by_ref=group.by_ref,
+        obligations=group.obligations,
+        operators=group.operators,
     )
     pushed_scan = build_scan(
         sub,
@@ -73,6 +76,8 @@ def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
             model_calls=scan.model_calls,
             eligible=True,
             early_stop=verdict,
+            revision=f"refine filters pushed into the scan of its input ({scan.rsc});"
+            f" coverage kept at {scan.reach.value}",
             implementation=OperatorNode(
                 node=op.id,
                 group=group.group_id,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from planner.cost import estimate_scan
-from planner.memo import Alternative, GroupContext, contract_strategy
+from planner.memo import Alternative, GroupContext
 from planner.physical import ScanNode
 from rsc import Filter, FilterOp, Gap, GapKind, GapSeverity, ScanRequest, SearchCoverage
 
@@ -15,29 +14,27 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
     if ob is None:
         return ()
     out = []
-    for m in group.matches:
-        contract = group.contract(m.rsc)
-        pushed = tuple(
-            f for f, loss in zip(ob.hard_filters, m.losses, strict=True) if loss.translation != "residual_postfilter"
-        )
-        residual = tuple(
-            f for f, loss in zip(ob.hard_filters, m.losses, strict=True) if loss.translation == "residual_postfilter"
-        )
-        est = estimate_scan(contract, k=ob.k, pushed=pushed, stats=group.stats)
+    for contract in group.contracts:
+        verdict = group.matcher.check(ob, contract)
+        tr = verdict.translation
+        est = group.estimate(contract, k=ob.k, pushed=tr.pushed, ref=verdict.ref, key=tr)
         implementation = None
-        if m.eligible:
-            implementation = build_scan(group, m.rsc, pushed=pushed, residual=residual, cost=est.cost_ms, reach=m.reach)
+        if verdict.eligible:
+            implementation = build_scan(
+                group, verdict.ref, pushed=tr.pushed, residual=tr.residual, cost=est.cost_ms, reach=tr.reach
+            )
         out.append(
             Alternative(
                 rule=RULE,
-                rsc=m.rsc,
-                strategy=contract_strategy(contract),
-                cost=round(est.cost_ms, 6),
-                reach=m.reach,
-                losses=m.losses,
-                model_calls=m.model_calls,
-                eligible=m.eligible,
-                rejected_because=m.rejected_because,
+                rsc=verdict.ref,
+                strategy=verdict.strategy,
+                cost=est.cost_ms,
+                reach=tr.reach,
+                losses=tr.losses,
+                model_calls=contract.model_calls,
+                eligible=verdict.eligible,
+                rejected_because=verdict.rejected_because,
+                estimate=est,
                 implementation=implementation,
             )
         )

@@ -33,7 +33,9 @@ def adapter(request: pytest.FixtureRequest, session_engine: Engine) -> Adapter:
     return session_engine.adapters[name]
 
 
-def _request(contract: Contract, *, k: int | None = None, pushed: tuple[Filter, ...] = (), residual: tuple[Filter, ...] = ()) -> ScanRequest:
+def _request(
+    contract: Contract, *, k: int | None = None, pushed: tuple[Filter, ...] = (), residual: tuple[Filter, ...] = ()
+) -> ScanRequest:
     sample = SAMPLES[contract.rsc_id]
     return ScanRequest(
         obligation="conformance",
