@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import networkx as nx
 from pydantic import Field, ValidationError, model_validator
@@ -27,7 +27,10 @@ from rsc import (
     Record,
     SearchCoverage,
     Strategy,
+    canonical_data,
+    dumps_canonical,
     fingerprint,
+    fingerprint_bytes,
     first_validation_error,
 )
 
@@ -303,19 +306,24 @@ def normalize(plan: LogicalPlan) -> LogicalPlan:
 
 def logical_fingerprint(plan: LogicalPlan) -> str:
     """``fingerprint(normalize(plan))``, computed on the plan's JSON data without rebuilding models."""
-    data = plan.model_dump(mode="json")
+    data = canonical_data(plan)
     obligations = sorted(data["obligations"], key=lambda o: o["id"])
     for ob in obligations:
-        ob["hard_filters"] = sorted(ob["hard_filters"], key=fingerprint)
-        ob["soft_filters"] = sorted(ob["soft_filters"], key=fingerprint)
+        ob["hard_filters"] = sorted(ob["hard_filters"], key=_data_key)
+        ob["soft_filters"] = sorted(ob["soft_filters"], key=_data_key)
     operators = sorted(data["operators"], key=lambda o: o["id"])
     for op in operators:
         if op["op"] in COMMUTATIVE:
             op["inputs"] = sorted(op["inputs"])
         if op["op"] == "refine":
-            op["filters"] = sorted(op["filters"], key=fingerprint)
+            op["filters"] = sorted(op["filters"], key=_data_key)
     data["obligations"], data["operators"] = obligations, operators
-    return fingerprint(data)
+    return fingerprint_bytes(dumps_canonical(data))
+
+
+def _data_key(item: Any) -> str:
+    """``fingerprint`` of canonical data, which is what ``normalize`` sorts filters by."""
+    return fingerprint_bytes(dumps_canonical(item))
 
 
 _RECENT_DIGESTS: list[tuple[weakref.ref[LogicalPlan], dict[str, str], str]] = []

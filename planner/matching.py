@@ -226,8 +226,18 @@ class Matcher:
         reasons: list[str] = []
         gap: GapKind | None = None
         if ob.query_class not in contract.query_classes:
-            reasons.append(f"query class {ob.query_class.value} is not among {facts.classes}")
-            gap = GapKind.NO_ELIGIBLE_BACKEND
+            # Nothing else about a contract matters to an obligation it cannot even read.
+            return Verdict(
+                contract=contract,
+                ref=facts.ref,
+                strategy=facts.strategy,
+                eligible=False,
+                rejected_because=(f"query class {ob.query_class.value} is not among {facts.classes}",),
+                reject_gap=GapKind.NO_ELIGIBLE_BACKEND,
+                translation=self.translation(contract, (), ref=facts.ref),
+                egress="denied" if facts.remote and ob.egress is Egress.LOCAL else "allowed",
+                early_stop=facts.early_stop,
+            )
         if ob.kind not in contract.obligation_kinds:
             reasons.append(f"obligation kind {ob.kind.value} is not served")
             gap = GapKind.NO_ELIGIBLE_BACKEND

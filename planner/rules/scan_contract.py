@@ -14,7 +14,12 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
     if ob is None:
         return ()
     out = []
+    unreadable: list[str] = []
     for contract in group.contracts:
+        if ob.query_class not in contract.query_classes:
+            # Not an alternative at all: summarized in one line below instead of one each.
+            unreadable.append(contract.ref)
+            continue
         verdict = group.matcher.check(ob, contract)
         tr = verdict.translation
         est = group.estimate(contract, k=ob.k, pushed=tr.pushed, ref=verdict.ref, key=tr)
@@ -36,6 +41,18 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
                 rejected_because=verdict.rejected_because,
                 estimate=est,
                 implementation=implementation,
+            )
+        )
+    if unreadable:
+        out.append(
+            Alternative(
+                rule=RULE,
+                cost=0.0,
+                reach=SearchCoverage.UNKNOWN,
+                eligible=False,
+                rejected_because=(
+                    f"query class {ob.query_class.value} is served by none of {', '.join(sorted(unreadable))}",
+                ),
             )
         )
     return tuple(out)
