@@ -78,6 +78,11 @@ class Adapter(ABC):
     def statistics(self) -> BackendStatistics:
         return BackendStatistics(backend=self.backend, rows=0)
 
+    def models(self) -> tuple[dict[str, str | int], ...]:
+        """The identity (name, dims, weights sha256) of each model this backend runs; every
+        receipt names them."""
+        return ()
+
     async def aclose(self) -> None:
         return None
 

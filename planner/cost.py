@@ -65,7 +65,9 @@ def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> t
     return result, "; ".join(basis) or "no filter"
 
 
-def estimate_scan(contract: Contract, *, k: int, pushed: Sequence[Filter], stats: Statistics) -> Estimate:
+def estimate_scan(
+    contract: Contract, *, k: int, pushed: Sequence[Filter], stats: Statistics, residual: Sequence[Filter] = ()
+) -> Estimate:
     backend_stats = stats.backends.get(contract.backend)
     rows = backend_stats.rows if backend_stats and backend_stats.rows else DEFAULT_ROWS
     sel, basis = selectivity(backend_stats, pushed)
@@ -80,6 +82,13 @@ def estimate_scan(contract: Contract, *, k: int, pushed: Sequence[Filter], stats
     else:
         candidates = max(1.0, rows * sel)
         access = "exact scan: rows x selectivity"
+    if residual:
+        # A filter applied after the top-k keeps only a fraction of what the scan reads: to
+        # expect k survivors it must read k / that fraction, or come back short.
+        kept, kept_basis = selectivity(backend_stats, residual)
+        candidates = min(float(rows), candidates / max(kept, 1e-3))
+        basis = f"{basis}; postfilter keeps {kept:g} ({kept_basis})"
+        access = f"{access}, / postfilter selectivity for k survivors"
     measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
     base = measured if measured is not None else contract.cost.base_latency_ms
     latency = f"base latency {base:g} ms ({'measured' if measured is not None else 'contract prior'})"
@@ -109,11 +118,20 @@ class CostModel:
         self._estimates: dict[tuple[str, int, Hashable], Estimate] = {}
 
     def estimate(
-        self, contract: Contract, *, k: int, pushed: tuple[Filter, ...], ref: str = "", key: Hashable = None
+        self,
+        contract: Contract,
+        *,
+        k: int,
+        pushed: tuple[Filter, ...],
+        residual: tuple[Filter, ...] = (),
+        ref: str = "",
+        key: Hashable = None,
     ) -> Estimate:
-        approximate = contract.coverage.claim is CoverageClaim.APPROXIMATE
-        entry = (ref or contract.ref, k if approximate else 0, pushed if key is None else key)
+        by_k = contract.coverage.claim is CoverageClaim.APPROXIMATE or bool(residual)
+        entry = (ref or contract.ref, k if by_k else 0, (pushed, residual) if key is None else key)
         found = self._estimates.get(entry)
         if found is None:
-            found = self._estimates[entry] = estimate_scan(contract, k=k, pushed=pushed, stats=self.stats)
+            found = self._estimates[entry] = estimate_scan(
+                contract, k=k, pushed=pushed, residual=residual, stats=self.stats
+            )
         return found

@@ -88,11 +88,18 @@ class GroupContext:
         return self._matches
 
     def estimate(
-        self, contract: Contract, *, k: int, pushed: tuple[Filter, ...], ref: str = "", key: Hashable = None
+        self,
+        contract: Contract,
+        *,
+        k: int,
+        pushed: tuple[Filter, ...],
+        residual: tuple[Filter, ...] = (),
+        ref: str = "",
+        key: Hashable = None,
     ) -> Estimate:
         if self.costs is None:
             self.costs = CostModel(self.stats)
-        return self.costs.estimate(contract, k=k, pushed=pushed, ref=ref, key=key)
+        return self.costs.estimate(contract, k=k, pushed=pushed, residual=residual, ref=ref, key=key)
 
     def contract(self, ref: str) -> Contract:
         found = self.by_ref.get(ref)

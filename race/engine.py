@@ -152,12 +152,9 @@ class Engine:
         return None
 
     def models(self) -> tuple[dict[str, str | int], ...]:
-        out = []
-        for adapter in self.adapters.values():
-            identity = getattr(adapter, "model_identity", None)
-            if callable(identity):
-                out.append(dict(identity()))
-        return tuple(out)
+        """The identity (name, dims, weights sha256) of every model a backend of this engine runs."""
+        out = [model for adapter in self.adapters.values() for model in adapter.models()]
+        return tuple(sorted(out, key=lambda m: str(m.get("name", ""))))
 
     # -- planning --------------------------------------------------------------------------
 

@@ -87,6 +87,9 @@ class WrappedAdapter(Adapter):
     def statistics(self) -> Any:
         return self.inner.statistics()
 
+    def models(self) -> tuple[dict[str, str | int], ...]:
+        return self.inner.models()
+
     async def scan(self, request: ScanRequest) -> ScanResult:
         self.calls.append(request.obligation)
         delay = self.delays.get(request.obligation, 0.0)

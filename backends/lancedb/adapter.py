@@ -345,6 +345,9 @@ class LanceAdapter(Adapter):
     def embedder_identity(self) -> EmbedderIdentity:
         return self._embedder_identity
 
+    def models(self) -> tuple[dict[str, str | int], ...]:
+        return (dict(self._embedder_identity.model_dump(mode="json")),)
+
     # -- snapshots and generations ------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:

@@ -22,7 +22,7 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
             continue
         verdict = group.matcher.check(ob, contract)
         tr = verdict.translation
-        est = group.estimate(contract, k=ob.k, pushed=tr.pushed, ref=verdict.ref, key=tr)
+        est = group.estimate(contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr)
         implementation = None
         if verdict.eligible:
             implementation = build_scan(
