@@ -7,9 +7,11 @@ required coverage); every other alternative keeps the reason it lost.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from pydantic import PrivateAttr
 
 from planner.cost import CostModel, Estimate, Statistics
 from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
@@ -40,6 +42,19 @@ class Alternative(Record):
     estimate: Estimate | None = None
     revision: str | None = None
     implementation: PhysicalNode | None = None
+    # A rule may defer building its implementation: only the chosen alternative ever needs
+    # one, and most alternatives lose. Not part of the record's data.
+    _build: Callable[[], PhysicalNode] | None = PrivateAttr(default=None)
+
+    def deferred(self, build: Callable[[], PhysicalNode]) -> Alternative:
+        """This alternative, with its implementation built by ``build`` if it is chosen."""
+        self._build = build
+        return self
+
+    def materialized(self) -> Alternative:
+        if self.implementation is not None or self._build is None:
+            return self
+        return self.model_copy(update={"implementation": self._build()})
 
 
 class Group(Record):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from planner.memo import Alternative, GroupContext
 from planner.physical import ScanNode
 from rsc import Filter, FilterOp, Gap, GapKind, GapSeverity, ScanRequest, SearchCoverage
@@ -23,26 +25,31 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
         verdict = group.matcher.check(ob, contract)
         tr = verdict.translation
         est = group.estimate(contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr)
-        implementation = None
-        if verdict.eligible:
-            implementation = build_scan(
-                group, verdict.ref, pushed=tr.pushed, residual=tr.residual, cost=est.cost_ms, reach=tr.reach
-            )
-        out.append(
-            Alternative(
-                rule=RULE,
-                rsc=verdict.ref,
-                strategy=verdict.strategy,
-                cost=est.cost_ms,
-                reach=tr.reach,
-                losses=tr.losses,
-                model_calls=contract.model_calls,
-                eligible=verdict.eligible,
-                rejected_because=verdict.rejected_because,
-                estimate=est,
-                implementation=implementation,
-            )
+        alternative = Alternative(
+            rule=RULE,
+            rsc=verdict.ref,
+            strategy=verdict.strategy,
+            cost=est.cost_ms,
+            reach=tr.reach,
+            losses=tr.losses,
+            model_calls=contract.model_calls,
+            eligible=verdict.eligible,
+            rejected_because=verdict.rejected_because,
+            estimate=est,
         )
+        if verdict.eligible:
+            alternative = alternative.deferred(
+                partial(
+                    build_scan,
+                    group,
+                    verdict.ref,
+                    pushed=tr.pushed,
+                    residual=tr.residual,
+                    cost=est.cost_ms,
+                    reach=tr.reach,
+                )
+            )
+        out.append(alternative)
     if unreadable:
         out.append(
             Alternative(
