@@ -38,6 +38,7 @@ from race.engine import Engine, ensure_bundled_index
 from rsc import Contract, ScanRequest, ScanResult, parse_contract
 
 OUT = Path(__file__).parent / "out"
+RESULTS = Path(__file__).parent / "results"
 SIM_LATENCY_S = 0.050
 
 BM25_PLAN = {
@@ -285,10 +286,11 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     results = anyio.run(main_async, args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "executor.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (out / "executor.md").write_text(_markdown(results))
+    # A full run also refreshes the commit-ready copies; a quick one only writes out/.
+    for out in [Path(args.out)] + ([] if args.quick else [RESULTS]):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "executor.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        (out / "executor.md").write_text(_markdown(results))
     print(_markdown(results))
 
 
