@@ -140,6 +140,8 @@ def custody_hits(
                     "char_end": chunk.get("char_end"),
                     "source_hash": chunk["source_hash"],
                     "chunk_id": chunk["chunk_id"],
+                    # A row that records the corpus revision it was indexed from says so itself.
+                    "corpus_revision": chunk.get("corpus_revision", corpus_revision),
                     "rank": rank,
                     "score": score,
                 },

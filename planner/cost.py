@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from rsc import BackendStatistics, Contract, CoverageClaim, Filter, FilterOp, Record, fingerprint
+from rsc import BackendStatistics, CanonicalFloat, Contract, CoverageClaim, Filter, FilterOp, Record, fingerprint
 
 DEFAULT_ROWS = 1_000
 UNKNOWN_SELECTIVITY = 0.5
@@ -24,7 +24,7 @@ class Statistics(Record):
 
     schema_version: str = "race.stats/1"
     backends: dict[str, BackendStatistics] = Field(default_factory=dict)
-    model_call_ms: Annotated[float, Field(ge=0.0)] = 6.0
+    model_call_ms: Annotated[CanonicalFloat, Field(ge=0.0)] = 6.0
 
     @property
     def fingerprint(self) -> str:
@@ -39,9 +39,9 @@ class Estimate(Record):
     """
 
     rows: int
-    selectivity: float
-    candidates: float
-    cost_ms: float
+    selectivity: CanonicalFloat
+    candidates: CanonicalFloat
+    cost_ms: CanonicalFloat
     basis: str
     access: str = ""
     latency: str = ""

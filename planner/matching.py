@@ -14,6 +14,7 @@ from typing import Literal, NamedTuple
 
 from planner.logical import LogicalPlan, Obligation
 from rsc import (
+    CanonicalFloat,
     Contract,
     ContractEgress,
     Egress,
@@ -40,7 +41,7 @@ class FilterLoss(Record):
     field: str
     filter: str
     translation: LossKind
-    recall: float | None = None
+    recall: CanonicalFloat | None = None
     detail: str
 
 

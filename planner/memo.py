@@ -17,7 +17,7 @@ from planner.cost import CostModel, Estimate, Statistics
 from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
 from planner.matching import FilterLoss, Match, Matcher
 from planner.physical import EarlyStopVerdict, PhysicalNode
-from rsc import Contract, Filter, Record, SearchCoverage, Strategy
+from rsc import CanonicalFloat, Contract, Filter, Record, SearchCoverage, Strategy
 
 
 class Alternative(Record):
@@ -31,7 +31,7 @@ class Alternative(Record):
     rule: str
     rsc: str = ""
     strategy: Strategy | None = None
-    cost: float
+    cost: CanonicalFloat
     reach: SearchCoverage
     losses: tuple[FilterLoss, ...] = ()
     model_calls: int = 0

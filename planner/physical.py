@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rsc import Gap, OperatorKind, Record, ScanRequest, SearchCoverage
+from rsc import CanonicalFloat, Gap, OperatorKind, Record, ScanRequest, SearchCoverage
 
 
 class FusionSpec(Record):
@@ -30,7 +30,7 @@ class ScanNode(Record):
     reach: SearchCoverage
     planned_gaps: tuple[Gap, ...] = ()
     model_calls: int
-    cost: float
+    cost: CanonicalFloat
     deadline_ms: int
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from rsc import (
+    CanonicalFloat,
     EvidenceStatus,
     Gap,
     Hit,
@@ -77,7 +78,7 @@ class Fusion(Record):
     method: Literal["rrf", "single"]
     k: int | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
-    score: float | None = None
+    score: CanonicalFloat | None = None
     tie_break: Literal["key"] = "key"
 
 
@@ -102,7 +103,7 @@ class CoverageSummary(Record):
 class Operational(Record):
     """Timing, call and cache counts: excluded from the normalized bytes and their fingerprint."""
 
-    wall_ms: float = 0.0
+    wall_ms: CanonicalFloat = 0.0
     plan_cache: Literal["hit", "miss", "none"] = "none"
     receipt_cache: Literal["hit", "miss", "none"] = "none"
     legs: dict[str, dict[str, Any]] = Field(default_factory=dict)

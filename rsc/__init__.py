@@ -2,7 +2,9 @@
 enums, canonical JSON and fingerprints, and the error tree."""
 
 from rsc.canonical import (
+    CanonicalFloat,
     canonical_data,
+    canonical_float,
     canonical_json,
     canonical_pretty,
     dumps_canonical,
@@ -92,6 +94,7 @@ __all__ = [
     "BackendUnavailable",
     "BoundExceeded",
     "CanonicalError",
+    "CanonicalFloat",
     "Contract",
     "ContractEgress",
     "ContractError",
@@ -139,6 +142,7 @@ __all__ = [
     "VersionRange",
     "VersionRangeError",
     "canonical_data",
+    "canonical_float",
     "canonical_json",
     "canonical_pretty",
     "dumps_canonical",

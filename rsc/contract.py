@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from rsc.canonical import CanonicalFloat
 from rsc.errors import ContractError
 from rsc.records import Record
 from rsc.version import Version, is_semver
@@ -36,7 +37,7 @@ class FilterSupport(Record):
     support: FilterSupportClass
     ops: tuple[FilterOp, ...] = (FilterOp.EQ, FilterOp.IN)
     profile: str | None = None
-    recall: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    recall: Annotated[CanonicalFloat, Field(gt=0.0, le=1.0)] | None = None
 
     @model_validator(mode="after")
     def _ann_needs_recall(self) -> FilterSupport:
@@ -47,7 +48,7 @@ class FilterSupport(Record):
 
 class CoverageSpec(Record):
     claim: CoverageClaim
-    recall: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    recall: Annotated[CanonicalFloat, Field(gt=0.0, le=1.0)] | None = None
     reach: SearchCoverage | None = None
 
     @model_validator(mode="after")
@@ -79,8 +80,8 @@ class EarlyStopSpec(Record):
 class CostHints(Record):
     """Priors for the cost model, replaced by measured statistics when there are any (I2)."""
 
-    base_latency_ms: Annotated[float, Field(ge=0.0)] = 1.0
-    per_candidate_us: Annotated[float, Field(ge=0.0)] = 1.0
+    base_latency_ms: Annotated[CanonicalFloat, Field(ge=0.0)] = 1.0
+    per_candidate_us: Annotated[CanonicalFloat, Field(ge=0.0)] = 1.0
 
 
 class Contract(Record):

@@ -12,16 +12,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rsc.canonical import CanonicalFloat
 from rsc.vocab import FilterOp, GapKind, GapSeverity, ScoreKind
 
-Scalar = str | int | float | bool
+Scalar = str | int | CanonicalFloat | bool
 
 
 class Record(BaseModel):
     """Base of every boundary record: frozen, unknown fields rejected."""
 
-    # Non-finite floats serialize as NaN/Infinity so that canonical JSON can refuse them.
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, ser_json_inf_nan="constants")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
 
 def _comparable(value: Scalar) -> tuple[int, Any]:
@@ -142,7 +142,7 @@ class Custody(Record):
     filters_pushed: tuple[str, ...] = ()
     filters_residual: tuple[str, ...] = ()
     rank: Annotated[int, Field(ge=1)]
-    score: float
+    score: CanonicalFloat
     score_kind: ScoreKind
 
 
@@ -196,4 +196,4 @@ class BackendStatistics(Record):
     backend: str
     rows: Annotated[int, Field(ge=0)]
     value_counts: dict[str, dict[str, int]] = Field(default_factory=dict)
-    latency_ms: dict[str, float] = Field(default_factory=dict)
+    latency_ms: dict[str, CanonicalFloat] = Field(default_factory=dict)

@@ -36,7 +36,7 @@ from lancedb.index import Bitmap, BTree, IvfFlat
 from lancedb.query import LanceVectorQueryBuilder
 from lancedb.table import Table
 
-from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
+from backends.base import Adapter, Progress, custody_hits, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from rsc import (
@@ -273,6 +273,7 @@ class LanceAdapter(Adapter):
         self._versions_dir = path / f"{TABLE}.lance" / "_versions"
         self._generation_memo: tuple[tuple[str, ...], str] | None = None
         self._generation_lock = threading.Lock()
+        self._counts: dict[int, tuple[int, int, int]] = {}
 
     # -- contract, build, open --------------------------------------------------------------
 
@@ -356,11 +357,17 @@ class LanceAdapter(Adapter):
             table = self._db.open_table(TABLE)
         except (ValueError, FileNotFoundError) as exc:
             raise IndexMissingError(f"the LanceDB table is gone: {exc}", where=str(self._path)) from exc
-        rows = table.count_rows()
-        stats = table.index_stats(VECTOR_INDEX)
-        indexed = stats.num_indexed_rows if stats is not None else 0
-        unindexed = stats.num_unindexed_rows if stats is not None else rows
-        return Snapshot(table=table, version=table.version, rows=rows, indexed_rows=indexed, unindexed_rows=unindexed)
+        version = table.version
+        # A version never changes once written, so its counts are read once.
+        counts = self._counts.get(version)
+        if counts is None:
+            rows = table.count_rows()
+            stats = table.index_stats(VECTOR_INDEX)
+            indexed = stats.num_indexed_rows if stats is not None else 0
+            unindexed = stats.num_unindexed_rows if stats is not None else rows
+            counts = self._counts[version] = (rows, indexed, unindexed)
+        rows, indexed, unindexed = counts
+        return Snapshot(table=table, version=version, rows=rows, indexed_rows=indexed, unindexed_rows=unindexed)
 
     def _generation(self, snap: Snapshot) -> str:
         return (
@@ -447,7 +454,6 @@ class LanceAdapter(Adapter):
                 fast_search=fast_search,
                 columns=_CHUNK_COLUMNS,
             ).to_arrow()
-            matching = snap.table.count_rows(every) if every is not None else snap.rows
         except (ValueError, RuntimeError, OSError) as exc:
             raise BackendUnavailable(f"lancedb search failed: {exc}", where=request.rsc_id) from exc
         rows = sorted(found.to_pylist(), key=lambda r: (float(r["_distance"]), str(r["chunk_id"])))
@@ -456,9 +462,17 @@ class LanceAdapter(Adapter):
         else:
             late, candidates = after, len(rows)
             rows = [r for r in rows if all(f.matches(json.loads(r["metadata_json"])) for f in after)]
-        hits = tuple(self._hit(request, row, rank, generation) for rank, row in enumerate(rows, start=1))
+        hits = self._hits(request, rows, generation)
+        matching: int | None = None
+        if late or len(hits) < request.k or request.mode == MODE_FLAT:
+            # The exact scan reports the size of the fragment it searched; the ANN modes count
+            # only for a short answer, to tell an exhausted set from a postfilter that lost rows.
+            try:
+                matching = snap.table.count_rows(every) if every is not None else snap.rows
+            except (ValueError, RuntimeError, OSError) as exc:
+                raise BackendUnavailable(f"lancedb count failed: {exc}", where=request.rsc_id) from exc
         gaps: list[Gap] = []
-        if late and len(hits) < min(request.k, matching):
+        if late and matching is not None and len(hits) < min(request.k, matching):
             gaps.append(
                 Gap(
                     kind=GapKind.POSTFILTER_ONLY_FILTER,
@@ -491,22 +505,26 @@ class LanceAdapter(Adapter):
             model_calls=1,
             generation=generation,
             total_matches=matching,
-            exhausted=len(hits) >= matching and not gaps,
+            exhausted=matching is not None and len(hits) >= matching and not gaps,
         )
 
-    def _hit(self, request: ScanRequest, row: dict[str, Any], rank: int, generation: str) -> Hit:
-        chunk = {name: row[name] for name in _CHUNK_COLUMNS if name != "metadata_json"}
-        chunk["metadata"] = json.loads(row["metadata_json"])
-        return custody_hit(
-            request=request,
-            contract_ref=f"{request.rsc_id}@{request.rsc_version}",
-            chunk=chunk,
-            rank=rank,
-            score=float(row["_distance"]),
-            score_kind=ScoreKind.COSINE_DISTANCE,
-            index_identity=self.identity,
-            generation=generation,
-            corpus_revision=str(row["corpus_revision"]),
+    def _hits(self, request: ScanRequest, rows: list[dict[str, Any]], generation: str) -> tuple[Hit, ...]:
+        chunks = []
+        for row in rows:
+            chunk = {name: row[name] for name in _CHUNK_COLUMNS if name != "metadata_json"}
+            chunk["metadata"] = json.loads(row["metadata_json"])
+            chunks.append((chunk, float(row["_distance"])))
+        corpus_revision = str(rows[0]["corpus_revision"]) if rows else ""
+        return tuple(
+            custody_hits(
+                request=request,
+                contract_ref=f"{request.rsc_id}@{request.rsc_version}",
+                rows=chunks,
+                score_kind=ScoreKind.COSINE_DISTANCE,
+                index_identity=self.identity,
+                generation=generation,
+                corpus_revision=corpus_revision,
+            )
         )
 
 
