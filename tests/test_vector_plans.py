@@ -23,7 +23,9 @@ def _plan(text: str, query_class: str, k: int = 5) -> dict[str, Any]:
     return {
         "schema_version": "race.plan/1",
         "root": "o",
-        "obligations": [{"id": "o", "kind": "seek_support", "query": {"text": text}, "query_class": query_class, "k": k}],
+        "obligations": [
+            {"id": "o", "kind": "seek_support", "query": {"text": text}, "query_class": query_class, "k": k}
+        ],
     }
 
 
