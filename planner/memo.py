@@ -11,8 +11,6 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import PrivateAttr
-
 from planner.cost import CostModel, Estimate, Statistics
 from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
 from planner.matching import FilterLoss, Match, Matcher
@@ -42,19 +40,6 @@ class Alternative(Record):
     estimate: Estimate | None = None
     revision: str | None = None
     implementation: PhysicalNode | None = None
-    # A rule may defer building its implementation: only the chosen alternative ever needs
-    # one, and most alternatives lose. Not part of the record's data.
-    _build: Callable[[], PhysicalNode] | None = PrivateAttr(default=None)
-
-    def deferred(self, build: Callable[[], PhysicalNode]) -> Alternative:
-        """This alternative, with its implementation built by ``build`` if it is chosen."""
-        self._build = build
-        return self
-
-    def materialized(self) -> Alternative:
-        if self.implementation is not None or self._build is None:
-            return self
-        return self.model_copy(update={"implementation": self._build()})
 
 
 class Group(Record):
@@ -93,6 +78,19 @@ class GroupContext:
     matcher: Matcher = field(default_factory=Matcher)
     costs: CostModel | None = None
     _matches: tuple[Match, ...] | None = field(default=None, repr=False)
+    # Implementations a rule deferred, by (rule, rsc): only the chosen alternative ever needs
+    # one, and most alternatives lose.
+    deferred: dict[tuple[str, str], Callable[[], PhysicalNode]] = field(default_factory=dict)
+
+    def defer(self, alternative: Alternative, build: Callable[[], PhysicalNode]) -> Alternative:
+        self.deferred[(alternative.rule, alternative.rsc)] = build
+        return alternative
+
+    def materialize(self, alternative: Alternative) -> Alternative:
+        build = self.deferred.get((alternative.rule, alternative.rsc))
+        if alternative.implementation is not None or build is None:
+            return alternative
+        return alternative.model_copy(update={"implementation": build()})
 
     @property
     def matches(self) -> tuple[Match, ...]:

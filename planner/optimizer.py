@@ -259,7 +259,7 @@ def compile_plan(
             )
         if best.revision is not None:
             revisions.append(Revision(group=gid, logical=node, rule=best.rule, detail=best.revision))
-        chosen[node] = best = best.materialized()
+        chosen[node] = best = ctx.materialize(best)
         if ob is not None:
             kind = f"obligation {ob.kind.value} {ob.query_class.value}"
         else:

@@ -38,7 +38,8 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
             estimate=est,
         )
         if verdict.eligible:
-            alternative = alternative.deferred(
+            alternative = group.defer(
+                alternative,
                 partial(
                     build_scan,
                     group,
