@@ -68,6 +68,38 @@ def default_model_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+class _SingleThreadBlas:
+    """BLAS at one thread while any embedding runs, restored when the last one ends.
+
+    The matrices of one sentence are small: BLAS threads cost more in hand-offs than they
+    save (measured here: 478 ms a query with two OpenBLAS threads on a busy 2-core machine,
+    15 ms with one). And the thread count decides the order of GEMM sums: two embeddings in
+    flight at once must not see each other set and restore the limit, or the same text gets
+    vectors that differ in the last bits, and the receipt's bytes with them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._limiter: threadpool_limits | None = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._limiter = threadpool_limits(limits=1, user_api="blas")
+            self._users += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._limiter is not None:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_SINGLE_THREAD_BLAS = _SingleThreadBlas()
+
+
 # ---------------------------------------------------------------------------------------
 # exact GELU without scipy: erf from a cubic Hermite table built with math.erf
 
@@ -336,10 +368,7 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, dims), dtype=np.float32)
         out = np.empty((len(texts), dims), dtype=np.float32)
-        # The matrices of one sentence are small: BLAS threads cost more in hand-offs than
-        # they save (measured here: 478 ms a query with 2 OpenBLAS threads on a busy 2-core
-        # machine, 15 ms with one). Limited only for the duration of the call.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _SINGLE_THREAD_BLAS:
             # Batches only bound the activations' memory; texts are never padded to each other.
             for start in range(0, len(texts), _BATCH):
                 out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -16,9 +17,19 @@ class FusionSpec(Record):
     k: Annotated[int, Field(ge=1)] = 60
 
 
+RRF = FusionSpec()
+"""The fusion every fusing node uses: RRF with k = 60."""
+
+
 class EarlyStopVerdict(Record):
     admissible: bool
     reason: str
+
+
+@lru_cache(maxsize=1024)
+def verdict_of(admissible: bool, reason: str) -> EarlyStopVerdict:
+    """Verdicts are few and immutable: one record each, shared by every node that has it."""
+    return EarlyStopVerdict(admissible=admissible, reason=reason)
 
 
 class ScanNode(Record):
@@ -39,7 +50,7 @@ class HybridNode(Record):
     node: str
     group: int
     legs: tuple[ScanNode, ...]
-    fusion: FusionSpec = FusionSpec()
+    fusion: FusionSpec = RRF
     reach: SearchCoverage
     early_stop: EarlyStopVerdict
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 
@@ -35,6 +35,7 @@ from planner import (
     ScanNode,
     UnionOp,
     UnsatisfiableNode,
+    walk,
 )
 from race.cache import ResultCache
 from race.fusion import RRF_K, rrf
@@ -555,10 +556,8 @@ class Executor:
             gaps=(gap,),
         )
 
-    def _skip(self, node: PhysicalNode, gap_for: Any) -> None:
+    def _skip(self, node: PhysicalNode, gap_for: Callable[[str], Gap]) -> None:
         """Mark every obligation under ``node`` not attempted (it was never run)."""
-        from planner import walk
-
         for item in walk(node):
             if isinstance(item, ScanNode | HybridNode | UnsatisfiableNode):
                 ob = self.plan.obligation(item.node)
@@ -595,7 +594,7 @@ class Executor:
         self._record_operator(node, outcome)
         return outcome
 
-    def _record_operator(self, node: OperatorNode, outcome: Outcome, **extra: Any) -> None:
+    def _record_operator(self, node: OperatorNode, outcome: Outcome) -> None:
         own = [g for g in outcome.gaps if g.obligation == node.node]
         if outcome.failed and not outcome.items:
             status = ObligationStatus.UNSATISFIED
@@ -654,8 +653,6 @@ class Executor:
         return outcome.coverage.rank >= required.rank and len(current) >= min_hits
 
     def _obligations_under(self, node: PhysicalNode) -> list[Obligation]:
-        from planner import walk
-
         obs = []
         for item in walk(node):
             if not isinstance(item, OperatorNode):

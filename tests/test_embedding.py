@@ -93,3 +93,18 @@ def test_unreadable_weights_fail_closed(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ModelMissingError, match="cannot be read"):
         MiniLMEmbedder(tmp_path).embed(["anything"])
+
+
+def test_concurrent_embeddings_are_bit_identical() -> None:
+    """Two embeddings in flight at once must not change each other's BLAS thread count:
+    the same text gives the same bits, so receipts keep the same bytes (I5). Query embeddings
+    always run on worker threads, as here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    embedder = MiniLMEmbedder()
+    texts = ["is TLS enough against the SCRAM bypass", "the broker ran out of memory and was killed"]
+    with ThreadPoolExecutor(max_workers=1) as one:
+        alone = list(one.map(lambda t: embedder.embed([t])[0].tobytes(), texts))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(lambda i: embedder.embed([texts[i % 2]])[0].tobytes(), range(24)))
+    assert all(v == alone[i % 2] for i, v in enumerate(together))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from planner.matching import Match
 from planner.memo import Alternative, GroupContext
-from planner.physical import EarlyStopVerdict, FusionSpec, HybridNode, ScanNode
+from planner.physical import RRF, HybridNode, ScanNode, verdict_of
 from planner.rules.scan_contract import build_scan
 from rsc import QueryClass, Strategy, weakest
 
@@ -68,7 +68,7 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
             reach = weakest(lex.reach, vec.reach)
             contracts = [group.contract(m.rsc) for m in (lex, vec)]
             lacking = [c.ref for c in contracts if not (c.early_stop.sorted_access and c.early_stop.random_access)]
-            verdict = EarlyStopVerdict(
+            verdict = verdict_of(
                 admissible=not lacking,
                 reason="every leg declares sorted and random access; RRF is monotone in ranks"
                 if not lacking
@@ -90,7 +90,7 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
                         node=ob.id,
                         group=group.group_id,
                         legs=legs,
-                        fusion=FusionSpec(),
+                        fusion=RRF,
                         reach=reach,
                         early_stop=verdict,
                     ),

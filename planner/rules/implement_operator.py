@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planner.logical import RefineOp
 from planner.memo import Alternative, GroupContext
-from planner.physical import EarlyStopVerdict, FusionSpec, HybridNode, OperatorNode, ScanNode
+from planner.physical import RRF, EarlyStopVerdict, HybridNode, OperatorNode, ScanNode, verdict_of
 from rsc import OperatorKind, SearchCoverage, weakest
 
 RULE = "ImplementOperator"
@@ -33,7 +33,7 @@ def implement_operator(group: GroupContext) -> tuple[Alternative, ...]:
         group=group.group_id,
         op=OperatorKind(op.op),
         children=tuple(c.implementation for c in chosen if c.implementation is not None),
-        fusion=FusionSpec() if op.op in _FUSING else None,
+        fusion=RRF if op.op in _FUSING else None,
         early_stop=verdict,
     )
     return (
@@ -61,9 +61,9 @@ def early_stop_verdict(op: str, chosen: list[Alternative], group: GroupContext) 
     """Fagin's threshold algorithm needs sorted and random access on every leg and a monotone
     aggregation (I9); everything else is evaluated in full."""
     if op not in _FUSING:
-        return EarlyStopVerdict(admissible=False, reason=f"{op} is not a top-k aggregation; full evaluation")
+        return verdict_of(admissible=False, reason=f"{op} is not a top-k aggregation; full evaluation")
     if op == "corroborate":
-        return EarlyStopVerdict(admissible=False, reason="corroborate counts every origin; full evaluation")
+        return verdict_of(admissible=False, reason="corroborate counts every origin; full evaluation")
     lacking: list[str] = []
     for alt in chosen:
         impl = alt.implementation
@@ -79,9 +79,9 @@ def early_stop_verdict(op: str, chosen: list[Alternative], group: GroupContext) 
         else:
             lacking.append(f"{alt.rule} input is not a scan")
     if lacking:
-        return EarlyStopVerdict(
+        return verdict_of(
             admissible=False, reason=f"full evaluation: {', '.join(sorted(set(lacking)))} lack sorted+random access"
         )
-    return EarlyStopVerdict(
+    return verdict_of(
         admissible=True, reason="every input declares exact sorted and random access; RRF is monotone in ranks"
     )

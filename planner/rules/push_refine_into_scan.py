@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from planner.logical import RefineOp
 from planner.memo import Alternative, GroupContext
-from planner.physical import EarlyStopVerdict, OperatorNode, ScanNode
+from planner.physical import OperatorNode, ScanNode, verdict_of
 from planner.rules.scan_contract import build_scan
 from rsc import FilterSupportClass, OperatorKind, SearchCoverage, weakest
 
@@ -66,7 +66,7 @@ def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
         cost=scan.cost,
         reach=scan.reach,
     )
-    verdict = EarlyStopVerdict(admissible=False, reason="refine is not a top-k aggregation; full evaluation")
+    verdict = verdict_of(admissible=False, reason="refine is not a top-k aggregation; full evaluation")
     return (
         Alternative(
             rule=RULE,

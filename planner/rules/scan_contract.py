@@ -48,7 +48,7 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
                     residual=tr.residual,
                     cost=est.cost_ms,
                     reach=tr.reach,
-                )
+                ),
             )
         out.append(alternative)
     if unreadable:
