@@ -11,6 +11,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import Field
+
 from planner.cost import CostModel, Estimate, Statistics
 from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
 from planner.matching import FilterLoss, Match, Matcher
@@ -39,7 +41,9 @@ class Alternative(Record):
     early_stop: EarlyStopVerdict | None = None
     estimate: Estimate | None = None
     revision: str | None = None
-    implementation: PhysicalNode | None = None
+    # The implementation lives in the physical tree; the memo lists what was weighed, so the
+    # field is never serialized and need not be stripped from each alternative.
+    implementation: PhysicalNode | None = Field(default=None, exclude=True)
 
 
 class Group(Record):

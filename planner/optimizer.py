@@ -269,10 +269,7 @@ def compile_plan(
             logical=node,
             kind=kind,
             required=required,
-            # Implementations live in the physical tree; the memo lists what was weighed.
-            alternatives=tuple(
-                a if a.implementation is None else a.model_copy(update={"implementation": None}) for a in alternatives
-            ),
+            alternatives=alternatives,
             pruned=pruned,
         )
     physical = chosen[plan.root].implementation
