@@ -122,7 +122,7 @@ def cmd_rsc(args: argparse.Namespace) -> int:
         return 0
     from race.engine import known_contracts
 
-    contracts = known_contracts()
+    contracts = known_contracts(remote=True)
     if args.rsc_command == "list":
         for c in contracts:
             filters = ", ".join(f"{k}:{v.support.value}" for k, v in sorted(c.filters.items()))

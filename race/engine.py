@@ -354,6 +354,10 @@ def load_statistics(path: Path) -> Statistics:
         raise InputError(first_validation_error(exc), where=str(path)) from exc
 
 
-def known_contracts() -> tuple[Contract, ...]:
-    """Every contract shipped with the local adapters, sorted by id and version."""
-    return tuple(sorted((c for a in LOCAL_ADAPTERS for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)))
+def known_contracts(*, remote: bool = False) -> tuple[Contract, ...]:
+    """Every contract shipped with the local adapters (and, with ``remote``, the remote
+    adapter's), sorted by id and version."""
+    from backends import RemoteAdapter
+
+    adapters = (*LOCAL_ADAPTERS, RemoteAdapter) if remote else LOCAL_ADAPTERS
+    return tuple(sorted((c for a in adapters for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)))
