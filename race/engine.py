@@ -359,5 +359,5 @@ def known_contracts(*, remote: bool = False) -> tuple[Contract, ...]:
     adapter's), sorted by id and version."""
     from backends import RemoteAdapter
 
-    adapters = (*LOCAL_ADAPTERS, RemoteAdapter) if remote else LOCAL_ADAPTERS
+    adapters: tuple[type[Adapter], ...] = (*LOCAL_ADAPTERS, RemoteAdapter) if remote else LOCAL_ADAPTERS
     return tuple(sorted((c for a in adapters for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)))
