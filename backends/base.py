@@ -20,6 +20,9 @@ from rsc import (
     BackendStatistics,
     Contract,
     Filter,
+    Gap,
+    GapKind,
+    GapSeverity,
     Hit,
     ScanRequest,
     ScanResult,
@@ -77,6 +80,12 @@ class Adapter(ABC):
 
     def statistics(self) -> BackendStatistics:
         return BackendStatistics(backend=self.backend, rows=0)
+
+    def gap(
+        self, request: ScanRequest, kind: GapKind, detail: str, severity: GapSeverity = GapSeverity.SHORTFALL
+    ) -> Gap:
+        """A gap this backend observed while answering ``request``."""
+        return Gap(kind=kind, obligation=request.obligation, backend=self.backend, detail=detail, severity=severity)
 
     def models(self) -> tuple[dict[str, str | int], ...]:
         """The identity (name, dims, weights sha256) of each model this backend runs; every

@@ -230,21 +230,19 @@ class GraphAdapter(Adapter):
             first_hop = 1
             if unknown:
                 gaps.append(
-                    Gap(
-                        kind=GapKind.MISSING_EVIDENCE,
-                        obligation=request.obligation,
-                        backend=self.backend,
-                        detail=f"not in the graph, so not walked from: {', '.join(unknown)}",
-                        severity=GapSeverity.CAVEAT if seeds else GapSeverity.SHORTFALL,
+                    self.gap(
+                        request,
+                        GapKind.MISSING_EVIDENCE,
+                        f"not in the graph, so not walked from: {', '.join(unknown)}",
+                        GapSeverity.CAVEAT if seeds else GapSeverity.SHORTFALL,
                     )
                 )
             if reach.budget_met:
                 gaps.append(
-                    Gap(
-                        kind=GapKind.RESOURCE_LIMITED,
-                        obligation=request.obligation,
-                        backend=self.backend,
-                        detail=(
+                    self.gap(
+                        request,
+                        GapKind.RESOURCE_LIMITED,
+                        (
                             f"node budget {pattern.node_budget} met after visiting {reach.visited} nodes; depth "
                             f"{reach.complete_depth} of {depth} complete, hits cover hops <= {reach.complete_depth}"
                         ),
@@ -262,11 +260,10 @@ class GraphAdapter(Adapter):
         kept = matched[: request.k]
         if len(matched) > len(kept):
             gaps.append(
-                Gap(
-                    kind=GapKind.RESOURCE_LIMITED,
-                    obligation=request.obligation,
-                    backend=self.backend,
-                    detail=f"{len(matched)} nodes matched; k={request.k} returned the {len(kept)} nearest",
+                self.gap(
+                    request,
+                    GapKind.RESOURCE_LIMITED,
+                    f"{len(matched)} nodes matched; k={request.k} returned the {len(kept)} nearest",
                 )
             )
         hits = _HitMaker(request, snapshot).hits(kept)

@@ -47,7 +47,6 @@ from rsc import (
     FilterOp,
     Gap,
     GapKind,
-    GapSeverity,
     Hit,
     IndexMissingError,
     ScanRequest,
@@ -474,29 +473,25 @@ class LanceAdapter(Adapter):
         gaps: list[Gap] = []
         if late and matching is not None and len(hits) < min(request.k, matching):
             gaps.append(
-                Gap(
-                    kind=GapKind.POSTFILTER_ONLY_FILTER,
-                    obligation=request.obligation,
-                    backend=self.backend,
-                    detail=(
+                self.gap(
+                    request,
+                    GapKind.POSTFILTER_ONLY_FILTER,
+                    (
                         f"filter applied after the top-{request.k}: {len(hits)} of {candidates} candidates survived "
                         f"({'; '.join(f.describe() for f in late)}); {matching} rows in table version "
                         f"{snap.version} match the filters"
                     ),
-                    severity=GapSeverity.SHORTFALL,
                 )
             )
         if fast_search and request.mode != MODE_FLAT and snap.unindexed_rows > 0:
             gaps.append(
-                Gap(
-                    kind=GapKind.UNINDEXED_ROWS_SKIPPED,
-                    obligation=request.obligation,
-                    backend=self.backend,
-                    detail=(
+                self.gap(
+                    request,
+                    GapKind.UNINDEXED_ROWS_SKIPPED,
+                    (
                         f"fast_search skipped {snap.unindexed_rows} of {snap.rows} rows that are not yet in the "
                         f"ANN index (table version {snap.version})"
                     ),
-                    severity=GapSeverity.SHORTFALL,
                 )
             )
         return ScanResult(

@@ -27,7 +27,6 @@ from rsc import (
     FilterOp,
     Gap,
     GapKind,
-    GapSeverity,
     IndexMissingError,
     ScanRequest,
     ScanResult,
@@ -219,12 +218,10 @@ class TantivyAdapter(Adapter):
         gaps: list[Gap] = []
         if kind is ScoreKind.EXACT_MATCH and total > len(hits):
             gaps.append(
-                Gap(
-                    kind=GapKind.RESOURCE_LIMITED,
-                    obligation=request.obligation,
-                    backend=self.backend,
-                    detail=f"exact lookup matched {total} chunks; k={request.k} returned {len(hits)}",
-                    severity=GapSeverity.SHORTFALL,
+                self.gap(
+                    request,
+                    GapKind.RESOURCE_LIMITED,
+                    f"exact lookup matched {total} chunks; k={request.k} returned {len(hits)}",
                 )
             )
         return ScanResult(
