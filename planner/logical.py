@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import networkx as nx
@@ -279,8 +280,31 @@ def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
         raise PlanError(f"node {unreached[0]!r} is not reachable from root {plan.root!r}", where=where)
 
 
+@lru_cache(maxsize=4096)
 def _filter_key(f: Filter) -> str:
+    # Filters are frozen and hash by value, so equal filters share one key.
     return fingerprint(f)
+
+
+def is_normalized(plan: LogicalPlan) -> bool:
+    """Whether ``plan`` is already in the form ``normalize`` gives (``parse_plan`` output is)."""
+
+    def ordered(filters: tuple[Filter, ...]) -> bool:
+        keys = [_filter_key(f) for f in filters]
+        return keys == sorted(keys)
+
+    ids = [o.id for o in plan.obligations]
+    op_ids = [o.id for o in plan.operators]
+    if ids != sorted(ids) or op_ids != sorted(op_ids):
+        return False
+    if not all(ordered(o.hard_filters) and ordered(o.soft_filters) for o in plan.obligations):
+        return False
+    for op in plan.operators:
+        if op.op in COMMUTATIVE and isinstance(op, _Inputs) and list(op.inputs) != sorted(op.inputs):
+            return False
+        if isinstance(op, RefineOp) and not ordered(op.filters):
+            return False
+    return True
 
 
 def normalize(plan: LogicalPlan) -> LogicalPlan:
@@ -305,7 +329,13 @@ def normalize(plan: LogicalPlan) -> LogicalPlan:
 
 
 def logical_fingerprint(plan: LogicalPlan) -> str:
-    """``fingerprint(normalize(plan))``, computed on the plan's JSON data without rebuilding models."""
+    """``fingerprint(normalize(plan))``, computed on the plan's JSON data without rebuilding models.
+
+    A plan already in normal form is its own normalization: its digest, which the engine
+    computes once per plan object for the plan cache, is the logical fingerprint.
+    """
+    if is_normalized(plan):
+        return plan_digest(plan)
     data = canonical_data(plan)
     obligations = sorted(data["obligations"], key=lambda o: o["id"])
     for ob in obligations:
