@@ -611,7 +611,13 @@ class Executor:
             support_closure=outcome.closure,
             opposition_coverage=previous.opposition_coverage if previous else None,
             independent_origins=previous.independent_origins if previous else None,
-            early_stop=("admissible: " if node.early_stop.admissible else "") + node.early_stop.reason,
+            # This executor runs no threshold algorithm: where the planner found early stop
+            # admissible, the receipt says so and that the operator was evaluated in full.
+            early_stop=(
+                f"admissible ({node.early_stop.reason}), evaluated in full"
+                if node.early_stop.admissible
+                else node.early_stop.reason
+            ),
             gaps=tuple(_sorted_gaps(own)),
         )
 
