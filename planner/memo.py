@@ -7,7 +7,7 @@ required coverage); every other alternative keeps the reason it lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,7 +17,7 @@ from planner.cost import CostModel, Estimate, Statistics
 from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
 from planner.matching import FilterLoss, Match, Matcher
 from planner.physical import EarlyStopVerdict, PhysicalNode
-from rsc import CanonicalFloat, Contract, Filter, Record, SearchCoverage, Strategy
+from rsc import CanonicalFloat, Contract, Record, SearchCoverage, Strategy
 
 
 class Alternative(Record):
@@ -104,19 +104,12 @@ class GroupContext:
             self._matches = tuple(self.matcher.match(ob, c) for c in self.contracts) if ob is not None else ()
         return self._matches
 
-    def estimate(
-        self,
-        contract: Contract,
-        *,
-        k: int,
-        pushed: tuple[Filter, ...],
-        residual: tuple[Filter, ...] = (),
-        ref: str = "",
-        key: Hashable = None,
-    ) -> Estimate:
+    @property
+    def cost_model(self) -> CostModel:
+        """The compile's cost model (one per compile, so each estimate is made once)."""
         if self.costs is None:
             self.costs = CostModel(self.stats)
-        return self.costs.estimate(contract, k=k, pushed=pushed, residual=residual, ref=ref, key=key)
+        return self.costs
 
     def contract(self, ref: str) -> Contract:
         found = self.by_ref.get(ref)

@@ -24,7 +24,9 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
             continue
         verdict = group.matcher.check(ob, contract)
         tr = verdict.translation
-        est = group.estimate(contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr)
+        est = group.cost_model.estimate(
+            contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr
+        )
         alternative = Alternative(
             rule=RULE,
             rsc=verdict.ref,
