@@ -1,12 +1,14 @@
-"""Plan and result caches. Both are keyed by fingerprints that include every generation
-(I6), so a changed index, contract or caller generation is always a miss — a stale entry
-can never be served, only left unused."""
+"""Plan and result caches. Both are keyed by fingerprints (or, in memory, tuples of the
+very strings a fingerprint would hash) that include every generation (I6), so a changed
+index, contract or caller generation is always a miss — a stale entry can never be served,
+only left unused."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -20,15 +22,15 @@ V = TypeVar("V")
 class _Lru(Generic[V]):
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._data: OrderedDict[str, V] = OrderedDict()
+        self._data: OrderedDict[Hashable, V] = OrderedDict()
 
-    def get(self, key: str) -> V | None:
+    def get(self, key: Hashable) -> V | None:
         value = self._data.get(key)
         if value is not None:
             self._data.move_to_end(key)
         return value
 
-    def put(self, key: str, value: V) -> None:
+    def put(self, key: Hashable, value: V) -> None:
         self._data[key] = value
         self._data.move_to_end(key)
         while len(self._data) > self.capacity:
@@ -39,7 +41,8 @@ class _Lru(Generic[V]):
 
 
 class PlanCache(_Lru[V]):
-    """Compiled plans by (plan fingerprint, statistics fingerprint)."""
+    """Compiled plans (and receipts) by a key made of every input they depend on: a fingerprint,
+    or a tuple of fingerprints and generation strings compared whole (exact, no hashing loss)."""
 
     def __init__(self, capacity: int = 256) -> None:
         super().__init__(capacity)

@@ -76,7 +76,7 @@ class _Snapshot:
         return "graph-lineage:" + fingerprint([list(edge) for edge in lineage_edges(self.graph)])
 
 
-def _stamp(path: Path) -> tuple[int, int, int]:
+def _stamp(path: Path | str) -> tuple[int, int, int]:
     stat = os.stat(path)
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
@@ -86,7 +86,8 @@ class GraphAdapter(Adapter):
 
     def __init__(self, snapshot: _Snapshot, *, path: Path | None = None) -> None:
         self._snapshot = snapshot
-        self._path = path
+        # A str, not a Path: stat() on it skips a conversion on every generation read.
+        self._path = str(path) if path is not None else None
         self._reload_lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -131,17 +132,18 @@ class GraphAdapter(Adapter):
 
     def _current(self) -> _Snapshot:
         snapshot = self._snapshot
-        if self._path is None:
+        path = self._path
+        if path is None:
             return snapshot
         try:
-            stamp = _stamp(self._path)
+            stamp = _stamp(path)
         except FileNotFoundError as exc:
-            raise BackendUnavailable("graph index file vanished after open", where=str(self._path)) from exc
+            raise BackendUnavailable("graph index file vanished after open", where=path) from exc
         if stamp == snapshot.stamp:
             return snapshot
         with self._reload_lock:
             if self._snapshot.stamp != stamp:
-                graph, generation, revision = read_graph(self._path)
+                graph, generation, revision = read_graph(Path(path))
                 self._snapshot = _Snapshot(graph, generation, revision, stamp)
             return self._snapshot
 

@@ -254,6 +254,34 @@ class Snapshot:
     unindexed_rows: int
 
 
+_U64_MAX: Final = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class _GenerationMemo:
+    """The generation read for one table version, and what shows that version is still the latest."""
+
+    generation: str
+    versions_dir: tuple[int, int, int]
+    """(inode, mtime, ctime) of ``_versions/``, taken before the version was read."""
+    next_manifest: str | None
+    """The path the manifest of the next version will have; ``None`` if its name is unknown."""
+
+
+def _manifest_name(version: int, *, v2: bool) -> str:
+    # Lance's manifest naming schemes: V2 counts down from u64::MAX so the latest lists first.
+    return f"{_U64_MAX - version:020d}.manifest" if v2 else f"{version}.manifest"
+
+
+def _next_manifest(versions_dir: str, version: int) -> str | None:
+    """Where the commit after ``version`` will put its manifest, in the scheme (V2 or V1) of the
+    manifest of ``version``; ``None`` if that one is not there to tell."""
+    for v2 in (True, False):
+        if os.path.exists(os.path.join(versions_dir, _manifest_name(version, v2=v2))):
+            return os.path.join(versions_dir, _manifest_name(version + 1, v2=v2))
+    return None
+
+
 class LanceAdapter(Adapter):
     backend = "lancedb"
 
@@ -270,7 +298,7 @@ class LanceAdapter(Adapter):
         self._stats: tuple[int, BackendStatistics] | None = None
         self._nprobes = int(manifest["ann_index"]["nprobes"])
         self._versions_dir = path / f"{TABLE}.lance" / "_versions"
-        self._generation_memo: tuple[tuple[str, ...], str] | None = None
+        self._generation_memo: _GenerationMemo | None = None
         self._generation_lock = threading.Lock()
         self._counts: dict[int, tuple[int, int, int]] = {}
 
@@ -377,18 +405,37 @@ class LanceAdapter(Adapter):
     def generation(self) -> str:
         """Table version, rows inside/outside the ANN index, and the embedder's fingerprint.
 
-        Every commit (rows, an index, a delete) adds a manifest under ``_versions/``, so an
-        unchanged listing is an unchanged table and the generation read for it still holds.
+        The generation read for version ``v`` still holds while both of these do:
+
+        * no manifest of version ``v + 1`` exists. Every commit (rows, an index, a delete, an
+          overwrite, a restore) creates exactly that file, put-if-not-exists, before the new
+          version is visible: Lance numbers versions densely, each one the latest plus one.
+        * ``_versions/`` has the (inode, mtime, ctime) it had before ``v`` was read. What
+          changes the latest version without a commit (dropping and re-creating the table,
+          removing versions) adds, removes or renames entries there, and so moves those.
+
+        Commits are caught by the first check alone, which does not rely on timestamps. Two
+        system calls, however many versions the table keeps; anything else reads afresh.
         """
+        versions_dir = str(self._versions_dir)
         try:
-            stamp = tuple(sorted(os.listdir(self._versions_dir)))
+            st = os.stat(versions_dir)
         except FileNotFoundError as exc:
             raise IndexMissingError("the LanceDB table is gone", where=str(self._path)) from exc
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        # The memo is one immutable object, replaced whole, so reading it needs no lock.
+        memo = self._generation_memo
+        if (
+            memo is not None
+            and memo.versions_dir == stamp
+            and memo.next_manifest is not None
+            and not os.access(memo.next_manifest, os.F_OK)
+        ):
+            return memo.generation
         with self._generation_lock:
-            if self._generation_memo is not None and self._generation_memo[0] == stamp:
-                return self._generation_memo[1]
-            generation = self._generation(self.snapshot())
-            self._generation_memo = (stamp, generation)
+            snap = self.snapshot()
+            generation = self._generation(snap)
+            self._generation_memo = _GenerationMemo(generation, stamp, _next_manifest(versions_dir, snap.version))
             return generation
 
     def statistics(self) -> BackendStatistics:

@@ -9,6 +9,7 @@ query parser, so ``doc_type:adr`` typed in a query is three words, not a filter 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from pathlib import Path
@@ -82,6 +83,7 @@ class TantivyAdapter(Adapter):
         self._corpus_revision = str(manifest["corpus_revision"])
         self._value_counts: dict[str, dict[str, int]] = manifest.get("value_counts", {})
         self._rows = int(manifest.get("rows", 0))
+        self._meta_path = str(path / "meta.json")
         self._generation: tuple[tuple[int, int, int], str] | None = None
         self._generation_lock = threading.Lock()
 
@@ -143,14 +145,17 @@ class TantivyAdapter(Adapter):
         tantivy replaces meta.json on every commit, so an unchanged (inode, mtime, size)
         means an unchanged generation; only a changed file is reloaded and read again.
         """
-        meta_path = self._path / "meta.json"
-        st = meta_path.stat()
+        st = os.stat(self._meta_path)
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        # The memo is one tuple, replaced whole, so reading it needs no lock.
+        memo = self._generation
+        if memo is not None and memo[0] == stamp:
+            return memo[1]
         with self._generation_lock:
             if self._generation is not None and self._generation[0] == stamp:
                 return self._generation[1]
             self._index.reload()
-            generation = self._read_generation(meta_path)
+            generation = self._read_generation(Path(self._meta_path))
             self._generation = (stamp, generation)
             return generation
 
