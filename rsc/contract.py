@@ -26,6 +26,7 @@ from rsc.vocab import (
     QueryClass,
     ScoreKind,
     SearchCoverage,
+    calibratable,
 )
 
 RSC_SCHEMA_VERSION = "race.rsc/1"
@@ -73,6 +74,13 @@ class SnapshotSpec(Record):
 
 
 class EarlyStopSpec(Record):
+    """Access for Fagin's threshold algorithm (I9).
+
+    ``sorted_access``: the backend returns the exact top-d of its score for any depth d.
+    ``random_access``: the backend scores given evidence keys exactly (the request with a
+    pushed identity filter), and a row's score does not depend on the other rows asked for.
+    """
+
     sorted_access: bool = False
     random_access: bool = False
 
@@ -97,6 +105,9 @@ class Contract(Record):
     query_parts: tuple[Literal["text", "ids", "entities"], ...]
     ordering: Literal["score_desc", "distance_asc", "hops_asc", "key_asc"]
     score_kind: ScoreKind
+    score_calibration: Annotated[str, Field(min_length=1)] | None = None
+    """Contracts that name the same calibration score on one scale, whatever the query, so
+    their scores may be added (I11); without one, scores fuse only by rank (RRF)."""
     coverage: CoverageSpec
     filters: dict[str, FilterSupport]
     identity_domain: str
@@ -115,6 +126,12 @@ class Contract(Record):
         if not is_semver(value):
             raise ValueError(f"{value!r} is not a semantic version MAJOR.MINOR.PATCH")
         return value
+
+    @model_validator(mode="after")
+    def _calibration_needs_similarity(self) -> Contract:
+        if self.score_calibration is not None and not calibratable(self.score_kind):
+            raise ValueError(f"score_calibration: score kind {self.score_kind.value!r} has no calibrated similarity")
+        return self
 
     @property
     def ref(self) -> str:

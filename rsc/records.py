@@ -117,7 +117,7 @@ class ScanRequest(Record):
     backend: str
     mode: str
     query: Query
-    k: Annotated[int, Field(ge=1, le=10_000)]
+    k: Annotated[int, Field(ge=1, le=100_000_000)]
     pushed: tuple[Filter, ...] = ()
     residual: tuple[Filter, ...] = ()
     params: dict[str, Scalar] = Field(default_factory=dict)

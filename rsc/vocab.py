@@ -204,6 +204,26 @@ class ScoreKind(StrEnum):
     NONE = "none"
 
 
+# Native scores that can be calibrated into a similarity where larger is better, with the
+# worst similarity the kind admits (what a leg contributes for a row it does not hold).
+_SIMILARITY_FLOOR: dict[ScoreKind, float] = {ScoreKind.COSINE_DISTANCE: -1.0}
+
+
+def calibratable(kind: ScoreKind) -> bool:
+    return kind in _SIMILARITY_FLOOR
+
+
+def similarity_floor(kind: ScoreKind) -> float:
+    return _SIMILARITY_FLOOR[kind]
+
+
+def similarity(kind: ScoreKind, score: float) -> float:
+    """A calibrated native score as a similarity in [floor, 1]: cosine similarity = 1 - distance."""
+    if kind is ScoreKind.COSINE_DISTANCE:
+        return 1.0 - score
+    raise ValueError(f"score kind {kind.value!r} has no calibrated similarity")
+
+
 class FilterOp(StrEnum):
     EQ = "eq"
     IN = "in"

@@ -67,7 +67,7 @@ def request(
     return ScanRequest(
         obligation="o1",
         rsc_id=RSC_BY_MODE[mode],
-        rsc_version="1.0.0",
+        rsc_version="1.1.0",
         backend="lancedb",
         mode=mode,
         query=Query(text=text),
@@ -110,7 +110,7 @@ def test_contracts_declare_one_honest_class_per_mode() -> None:
         assert contract.model_calls == 1
         assert contract.score_kind is ScoreKind.COSINE_DISTANCE and contract.ordering == "distance_asc"
         assert contract.query_parts == ("text",)
-        assert set(contract.filters) == {*METADATA_FIELDS, "doc_id"}
+        assert set(contract.filters) == {*METADATA_FIELDS, "doc_id", "chunk_id"}
         for name, support in contract.filters.items():
             assert support.support is expected_support[rsc_id]
             assert (FilterOp.RANGE in support.ops) == (name == "date")
@@ -193,7 +193,7 @@ async def test_hits_carry_custody_in_distance_order(adapter: LanceAdapter) -> No
     assert scores == sorted(scores)
     for hit in result.hits:
         assert hit.custody.score_kind is ScoreKind.COSINE_DISTANCE
-        assert hit.custody.rsc == "lancedb.ann_prefilter@1.0.0"
+        assert hit.custody.rsc == "lancedb.ann_prefilter@1.1.0"
         assert hit.custody.index_generation == result.generation
         assert hit.custody.source_hash.startswith("sha256:")
         assert hit.metadata["doc_id"] == hit.doc_id

@@ -154,7 +154,7 @@ def test_reordered_cascade_runs_in_the_new_order_and_the_receipt_says_so(engine:
     obligations = {o.id: o for o in receipt.obligations}
     # The cheaper stage ran first and was sufficient; the plan's first stage was not needed.
     assert obligations["via-exact"].status is ObligationStatus.SATISFIED
-    assert obligations["via-exact"].served_by == ("tantivy.exact@1.0.0",)
+    assert obligations["via-exact"].served_by == ("tantivy.exact@1.1.0",)
     assert obligations["via-exact"].evidence_count >= 1
     assert obligations["via-graph"].status is ObligationStatus.NOT_ATTEMPTED
     [gap] = obligations["via-graph"].gaps
@@ -206,7 +206,7 @@ def test_selectivity_decides_between_flat_and_ann() -> None:
     for name, explain in explains.items():
         assert isinstance(explain.physical, ScanNode)
         chosen[name] = explain.physical.rsc
-    assert chosen == {"selective": "lancedb.flat_prefilter@1.0.0", "broad": "lancedb.ann_prefilter@1.0.0"}
+    assert chosen == {"selective": "lancedb.flat_prefilter@1.1.0", "broad": "lancedb.ann_prefilter@1.1.0"}
     # Same logical plan, different physical plan; the statistics fingerprint says why.
     sel, broad = explains["selective"], explains["broad"]
     assert sel.fingerprints.logical == broad.fingerprints.logical
@@ -258,7 +258,7 @@ def test_race_plan_cli_chooses_by_the_stats_file(index_dir: Path, capsys: pytest
         assert flat["estimate"]["selectivity"] == (0.001 if name == "selective" else 0.5)
         loser = ann if name == "selective" else flat
         assert loser["rejected_because"][0].startswith(f"cost {loser['cost']:.3f} ms > chosen")
-    assert chosen == {"selective": "lancedb.flat_prefilter@1.0.0", "broad": "lancedb.ann_prefilter@1.0.0"}
+    assert chosen == {"selective": "lancedb.flat_prefilter@1.1.0", "broad": "lancedb.ann_prefilter@1.1.0"}
 
 
 def test_stats_fixtures_are_valid_statistics_documents() -> None:

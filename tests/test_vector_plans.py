@@ -71,7 +71,7 @@ def test_a_broad_question_fuses_bm25_and_vectors(session_engine: Engine) -> None
 def test_postfilter_only_accepted_at_heuristic_coverage_says_so(session_engine: Engine) -> None:
     receipt = session_engine.run_sync(load_plan("postfilter_heuristic.json"))
     ob = receipt.obligations[0]
-    assert ob.served_by == ("lancedb.ann_postfilter@1.0.0",)
+    assert ob.served_by == ("lancedb.ann_postfilter@1.1.0",)
     assert ob.search_coverage is SearchCoverage.HEURISTIC
     gaps = [g for g in ob.gaps if g.kind is GapKind.POSTFILTER_ONLY_FILTER]
     assert gaps and "cannot be exhaustive" in gaps[0].detail
@@ -92,5 +92,5 @@ def test_an_exhaustive_filtered_vector_search_uses_the_exact_flat_scan(session_e
     receipt = session_engine.run_sync(load_plan("exhaustive_vector.json"))
     ob = receipt.obligations[0]
     assert ob.status is ObligationStatus.SATISFIED
-    assert ob.served_by == ("lancedb.flat_prefilter@1.0.0",)
+    assert ob.served_by == ("lancedb.flat_prefilter@1.1.0",)
     assert ob.search_coverage is SearchCoverage.EXHAUSTIVE_FOR_DECLARED_FRAGMENT

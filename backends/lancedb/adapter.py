@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +66,10 @@ MODE_ANN_PREFILTER: Final = "vector_ann_prefilter"
 MODE_ANN_POSTFILTER: Final = "vector_ann_postfilter"
 MODES: Final = (MODE_FLAT, MODE_ANN_PREFILTER, MODE_ANN_POSTFILTER)
 
-FILTER_FIELDS: Final = ("doc_id", *METADATA_FIELDS)
+FILTER_FIELDS: Final = ("chunk_id", "doc_id", *METADATA_FIELDS)
 RANGE_FIELDS: Final = frozenset({"date"})
 # High-cardinality or range-queried fields get a BTREE; the small keyword vocabularies a BITMAP.
-BTREE_FIELDS: Final = frozenset({"doc_id", "date"})
+BTREE_FIELDS: Final = frozenset({"chunk_id", "doc_id", "date"})
 COUNTED_FIELDS: Final = METADATA_FIELDS
 """Fields whose value counts ``statistics()`` reports; ``doc_id`` is left out as unbounded."""
 
@@ -79,6 +80,11 @@ ANN_PROBE_SHARE: Final = 16
 (20 of 316), so the probed share of a larger table never falls below the measured one."""
 
 _EMBED_BATCH = 64
+_QUERY_VECTORS = 256
+"""Query vectors kept per adapter: sorted and random access for one query embed it once."""
+RANDOM_ACCESS: Final = "random"
+"""``params["access"]`` of a random-access request: the rows its identity filter names,
+scored exactly (flat, whatever the contract's mode) under the request's other filters."""
 _CHUNK_FIELDS: Final = (
     "chunk_id",
     "doc_id",
@@ -301,6 +307,8 @@ class LanceAdapter(Adapter):
         self._generation_memo: _GenerationMemo | None = None
         self._generation_lock = threading.Lock()
         self._counts: dict[int, tuple[int, int, int]] = {}
+        self._vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._vectors_lock = threading.Lock()
 
     # -- contract, build, open --------------------------------------------------------------
 
@@ -488,11 +496,14 @@ class LanceAdapter(Adapter):
         fast_search = _fast(request)
         snap = self.snapshot()
         generation = self._generation(snap)
-        vector = self._embedder.embed([text])[0]
+        vector = self._query_vector(text)
+        # Random access scores named rows exactly: a flat scan restricted by the identity
+        # filter computes each row's distance as the sorted access does.
+        mode = MODE_FLAT if _random(request) else request.mode
         try:
             found = vector_query(
                 snap.table,
-                request.mode,
+                mode,
                 vector,
                 where,
                 request.k,
@@ -503,14 +514,14 @@ class LanceAdapter(Adapter):
         except (ValueError, RuntimeError, OSError) as exc:
             raise BackendUnavailable(f"lancedb search failed: {exc}", where=request.rsc_id) from exc
         rows = sorted(found.to_pylist(), key=lambda r: (float(r["_distance"]), str(r["chunk_id"])))
-        if request.mode == MODE_ANN_POSTFILTER:
+        if mode == MODE_ANN_POSTFILTER:
             late, candidates = native, min(request.k, snap.rows)
         else:
             late, candidates = after, len(rows)
             rows = [r for r in rows if all(f.matches(json.loads(r["metadata_json"])) for f in after)]
         hits = self._hits(request, rows, generation)
         matching: int | None = None
-        if late or len(hits) < request.k or request.mode == MODE_FLAT:
+        if late or len(hits) < request.k or mode == MODE_FLAT:
             # The exact scan reports the size of the fragment it searched; the ANN modes count
             # only for a short answer, to tell an exhausted set from a postfilter that lost rows.
             try:
@@ -530,7 +541,7 @@ class LanceAdapter(Adapter):
                     ),
                 )
             )
-        if fast_search and request.mode != MODE_FLAT and snap.unindexed_rows > 0:
+        if fast_search and mode != MODE_FLAT and snap.unindexed_rows > 0:
             gaps.append(
                 self.gap(
                     request,
@@ -549,6 +560,22 @@ class LanceAdapter(Adapter):
             total_matches=matching,
             exhausted=matching is not None and len(hits) >= matching and not gaps,
         )
+
+    def _query_vector(self, text: str) -> npt.NDArray[np.float32]:
+        """The query's embedding, computed once per text while it stays among the recent ones.
+        The embedder is deterministic (single-threaded BLAS), so a kept vector is the same bits."""
+        with self._vectors_lock:
+            kept = self._vectors.get(text)
+            if kept is not None:
+                self._vectors.move_to_end(text)
+                return kept
+        vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
+        vector.setflags(write=False)
+        with self._vectors_lock:
+            self._vectors[text] = vector
+            while len(self._vectors) > _QUERY_VECTORS:
+                self._vectors.popitem(last=False)
+        return vector
 
     def _hits(self, request: ScanRequest, rows: list[dict[str, Any]], generation: str) -> tuple[Hit, ...]:
         chunks = []
@@ -580,6 +607,10 @@ def _split_filters(request: ScanRequest) -> tuple[tuple[Filter, ...], tuple[Filt
     if request.mode == MODE_ANN_POSTFILTER:
         return (*request.pushed, *request.residual), ()
     return request.pushed, request.residual
+
+
+def _random(request: ScanRequest) -> bool:
+    return request.params.get("access") == RANDOM_ACCESS
 
 
 def _fast(request: ScanRequest) -> bool:

@@ -15,6 +15,7 @@ from race.engine import Engine
 from rsc import (
     Contract,
     Filter,
+    FilterOp,
     FilterSupportClass,
     Query,
     ScanRequest,
@@ -124,3 +125,57 @@ def test_filter_support_classes_are_honest(adapter: Adapter) -> None:
                 assert [h.custody.score for h in result.hits] == pytest.approx([h.custody.score for h in expected])
             checked += 1
     assert checked, "no filter was checked for this backend"
+
+
+def test_sorted_access_is_the_exact_top_d(adapter: Adapter) -> None:
+    """I9: a contract that declares sorted access answers depth d with the first d rows of any
+    deeper answer, scores included, so reading deeper never reorders what was read."""
+    checked = 0
+    for contract in adapter.contracts():
+        if not contract.early_stop.sorted_access:
+            continue
+        shallow = _scan(adapter, _request(contract, k=3))
+        deep = _scan(adapter, _request(contract, k=12))
+        pairs = [(h.key, h.custody.score) for h in deep.hits]
+        assert [(h.key, h.custody.score) for h in shallow.hits] == pairs[: len(shallow.hits)], contract.rsc_id
+        assert len(shallow.hits) == min(3, len(deep.hits)), contract.rsc_id
+        checked += 1
+    assert checked, f"{adapter.backend}: no contract declares sorted access"
+
+
+def _random_access(contract: Contract, chunk_ids: list[str], pushed: tuple[Filter, ...] = ()) -> ScanRequest:
+    base = _request(contract, k=len(chunk_ids), pushed=pushed)
+    identity = Filter(field="chunk_id", op=FilterOp.IN, values=tuple(chunk_ids))
+    return base.model_copy(update={"pushed": (*base.pushed, identity), "params": {**base.params, "access": "random"}})
+
+
+def test_random_access_scores_named_rows_as_sorted_access_does(adapter: Adapter) -> None:
+    """I9: a contract that declares random access scores the rows it is asked about exactly
+    (bit for bit what sorted access reports for them), and only rows its filters admit."""
+    if not any(c.early_stop.random_access for c in adapter.contracts()):
+        pytest.skip(f"no {adapter.backend} contract declares random access")
+    for contract in adapter.contracts():
+        if not contract.early_stop.random_access:
+            continue
+        assert contract.filter_support("chunk_id").support is not FilterSupportClass.UNSUPPORTED, contract.rsc_id
+        reference = contract
+        if not contract.early_stop.sorted_access and contract.score_calibration is not None:
+            # Exact scores come from the exact contract of the same calibration.
+            reference = next(
+                c
+                for c in adapter.contracts()
+                if c.early_stop.sorted_access and c.score_calibration == contract.score_calibration
+            )
+        everything = _scan(adapter, _request(reference, k=40))
+        scores = {h.key: h.custody.score for h in everything.hits}
+        asked = [h.chunk_id for h in everything.hits][::3]
+        found = _scan(adapter, _random_access(contract, asked))
+        assert sorted(h.chunk_id for h in found.hits) == sorted(asked), contract.rsc_id
+        for hit in found.hits:
+            assert hit.custody.score == scores[hit.key], f"{contract.rsc_id}: {hit.key}"
+        for flt in _filters(contract):
+            if contract.filter_support(flt.field).support is FilterSupportClass.POSTFILTER_ONLY:
+                continue
+            kept = _scan(adapter, _random_access(contract, asked, pushed=(flt,)))
+            expected = sorted(h.chunk_id for h in everything.hits if h.chunk_id in asked and flt.matches(h.metadata))
+            assert sorted(h.chunk_id for h in kept.hits) == expected, f"{contract.rsc_id}: {flt.describe()}"

@@ -23,7 +23,7 @@ def test_contracts_document(server: Server) -> None:
     assert doc["generation"].startswith("race-serve:xxh3_128:")
     assert doc["generation"] == response.headers["x-race-generation"]
     refs = {f"{c['rsc_id']}@{c['version']}" for c in doc["contracts"]}
-    assert {"tantivy.bm25@1.0.0", "tantivy.exact@1.0.0"} <= refs
+    assert {"tantivy.bm25@1.0.0", "tantivy.exact@1.1.0"} <= refs
     assert all(c["egress"] == "local" for c in doc["contracts"])
 
 
