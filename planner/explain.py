@@ -7,7 +7,7 @@ agree and both are deterministic bytes.
 from __future__ import annotations
 
 from planner.optimizer import Explain
-from planner.physical import HybridNode, OperatorNode, PhysicalNode, ScanNode, UnsatisfiableNode
+from planner.physical import FusionSpec, HybridNode, OperatorNode, PhysicalNode, ScanNode, UnsatisfiableNode
 from rsc import canonical_pretty
 
 
@@ -86,8 +86,7 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}  gap {gap.kind.value}: {gap.detail}")
     elif isinstance(node, HybridNode):
         lines.append(
-            f"{pad}hybrid {node.node} [G{node.group}] fusion={node.fusion.method}(k={node.fusion.k})"
-            f" reach={node.reach.value}"
+            f"{pad}hybrid {node.node} [G{node.group}] fusion={describe_fusion(node.fusion)} reach={node.reach.value}"
         )
         for leg in node.legs:
             _render_node(leg, depth + 1, lines)
@@ -97,7 +96,15 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}  gap {gap.kind.value}: {gap.detail}")
     elif isinstance(node, OperatorNode):
         extra = " (filters pushed into input)" if node.pushed_into_children else ""
-        fusion = f" fusion={node.fusion.method}(k={node.fusion.k})" if node.fusion else ""
+        fusion = f" fusion={describe_fusion(node.fusion)}" if node.fusion else ""
         lines.append(f"{pad}{node.op.value} {node.node} [G{node.group}]{fusion}{extra}")
         for child in node.children:
             _render_node(child, depth + 1, lines)
+
+
+def describe_fusion(fusion: FusionSpec) -> str:
+    top = f" top {fusion.top_k}" if fusion.top_k is not None else ""
+    if fusion.method == "score_sum":
+        kind = fusion.score_kind.value if fusion.score_kind is not None else "score"
+        return f"score_sum(similarity of {kind}){top}"
+    return f"rrf(k={fusion.k}){top}"

@@ -81,7 +81,14 @@ class _Inputs(_Op):
 
 
 class UnionOp(_Inputs):
+    """Everything its inputs found; with ``k``, only the best ``k`` of the fused ranking.
+
+    Inputs whose contracts share a score calibration fuse by the sum of their calibrated
+    similarities, the others by RRF (I11); only a ``k`` makes early stop possible (I9).
+    """
+
     op: Literal["union"]
+    k: Annotated[int, Field(ge=1, le=1000)] | None = None
 
 
 class CascadeOp(_Inputs):

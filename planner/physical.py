@@ -7,18 +7,27 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rsc import CanonicalFloat, Gap, OperatorKind, Record, ScanRequest, SearchCoverage
+from rsc import CanonicalFloat, Gap, OperatorKind, Record, ScanRequest, ScoreKind, SearchCoverage
 
 
 class FusionSpec(Record):
-    """Reciprocal rank fusion: 1-based ranks, ties broken by the canonical evidence key (I11)."""
+    """How a fusing node orders what its inputs found; ties broken by the canonical evidence key.
 
-    method: Literal["rrf"] = "rrf"
+    ``rrf``: reciprocal rank fusion with constant ``k`` over 1-based ranks, for scores that are
+    not calibrated against each other. ``score_sum``: the sum over inputs of each row's
+    calibrated similarity (I11), every input's score of every candidate read exactly (by
+    random access where the input's own answer did not hold it); an input that cannot hold
+    a row contributes the floor of the score kind. ``top_k``: only the best ``top_k`` are kept.
+    """
+
+    method: Literal["rrf", "score_sum"] = "rrf"
     k: Annotated[int, Field(ge=1)] = 60
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    score_kind: ScoreKind | None = None
 
 
 RRF = FusionSpec()
-"""The fusion every fusing node uses: RRF with k = 60."""
+"""RRF with k = 60, the fusion of every fusing node whose inputs are not calibrated."""
 
 
 class EarlyStopVerdict(Record):

@@ -67,12 +67,11 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
             legs = (leg(lex), leg(vec))
             reach = weakest(lex.reach, vec.reach)
             contracts = [group.contract(m.rsc) for m in (lex, vec)]
-            lacking = [c.ref for c in contracts if not (c.early_stop.sorted_access and c.early_stop.random_access)]
+            kinds = ", ".join(sorted({c.score_kind.value for c in contracts}))
             verdict = verdict_of(
-                admissible=not lacking,
-                reason="every leg declares sorted and random access; RRF is monotone in ranks"
-                if not lacking
-                else f"full evaluation: {', '.join(lacking)} lack sorted+random access",
+                admissible=False,
+                reason=f"full evaluation: RRF fuses ranks of uncalibrated scores ({kinds}), and no leg offers "
+                "random access to a rank",
             )
             out.append(
                 Alternative(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from planner.logical import RefineOp
+from functools import lru_cache
+from typing import Literal
+
+from planner.logical import LogicalOperator, RefineOp, UnionOp
 from planner.memo import Alternative, GroupContext
-from planner.physical import RRF, EarlyStopVerdict, HybridNode, OperatorNode, ScanNode, verdict_of
-from rsc import OperatorKind, SearchCoverage, weakest
+from planner.physical import RRF, EarlyStopVerdict, FusionSpec, OperatorNode, ScanNode, verdict_of
+from rsc import Contract, OperatorKind, ScoreKind, SearchCoverage, weakest
 
 RULE = "ImplementOperator"
 _CONCURRENT = {"union", "intersect", "corroborate", "oppose", "join"}
@@ -27,13 +30,14 @@ def implement_operator(group: GroupContext) -> tuple[Alternative, ...]:
     # sometimes, so they count at half.
     cost = max(costs) if op.op in _CONCURRENT else costs[0] + 0.5 * sum(costs[1:])
     reach = _reach(op, [c.reach for c in chosen])
-    verdict = early_stop_verdict(op.op, chosen, group)
+    fusion = fusion_of(op, chosen, group)
+    verdict = early_stop_verdict(op, chosen, group, fusion)
     node = OperatorNode(
         node=op.id,
         group=group.group_id,
         op=OperatorKind(op.op),
         children=tuple(c.implementation for c in chosen if c.implementation is not None),
-        fusion=RRF if op.op in _FUSING else None,
+        fusion=fusion,
         early_stop=verdict,
     )
     return (
@@ -57,31 +61,65 @@ def _reach(op: object, reaches: list[SearchCoverage]) -> SearchCoverage:
     return reach
 
 
-def early_stop_verdict(op: str, chosen: list[Alternative], group: GroupContext) -> EarlyStopVerdict:
-    """Fagin's threshold algorithm needs sorted and random access on every leg and a monotone
-    aggregation (I9); everything else is evaluated in full."""
-    if op not in _FUSING:
-        return verdict_of(admissible=False, reason=f"{op} is not a top-k aggregation; full evaluation")
-    if op == "corroborate":
-        return verdict_of(admissible=False, reason="corroborate counts every origin; full evaluation")
-    lacking: list[str] = []
+def fusion_of(op: LogicalOperator, chosen: list[Alternative], group: GroupContext) -> FusionSpec | None:
+    """Score-sum fusion where every input is a scan under contracts of one score calibration
+    that offer random access (each candidate's every score can then be read exactly); RRF
+    elsewhere (I11). A union's ``k`` keeps only the best ``k``."""
+    if op.op not in _FUSING:
+        return None
+    top_k = op.k if isinstance(op, UnionOp) else None
+    contracts = _scan_contracts(chosen, group)
+    if (
+        op.op == "union"
+        and contracts
+        and len({c.score_calibration for c in contracts}) == 1
+        and contracts[0].score_calibration is not None
+        and len({c.score_kind for c in contracts}) == 1
+        and all(c.early_stop.random_access for c in contracts)
+    ):
+        return fusion_spec("score_sum", top_k, contracts[0].score_kind)
+    return RRF if top_k is None else fusion_spec("rrf", top_k, None)
+
+
+@lru_cache(maxsize=256)
+def fusion_spec(method: Literal["rrf", "score_sum"], top_k: int | None, score_kind: ScoreKind | None) -> FusionSpec:
+    return FusionSpec(method=method, top_k=top_k, score_kind=score_kind)
+
+
+def _scan_contracts(chosen: list[Alternative], group: GroupContext) -> list[Contract]:
+    """The contract of every input, or nothing when an input is not a plain scan."""
+    out = []
     for alt in chosen:
-        impl = alt.implementation
-        if isinstance(impl, ScanNode):
-            contract = group.contract(impl.rsc)
-            if not (contract.early_stop.sorted_access and contract.early_stop.random_access):
-                lacking.append(contract.ref)
-        elif isinstance(impl, HybridNode):
-            for leg in impl.legs:
-                contract = group.contract(leg.rsc)
-                if not (contract.early_stop.sorted_access and contract.early_stop.random_access):
-                    lacking.append(contract.ref)
-        else:
-            lacking.append(f"{alt.rule} input is not a scan")
-    if lacking:
+        if not isinstance(alt.implementation, ScanNode):
+            return []
+        out.append(group.contract(alt.implementation.rsc))
+    return out
+
+
+def early_stop_verdict(
+    op: LogicalOperator, chosen: list[Alternative], group: GroupContext, fusion: FusionSpec | None
+) -> EarlyStopVerdict:
+    """Fagin's threshold algorithm needs a top-k, a monotone aggregation of calibrated scores and
+    exact sorted and random access on every input (I9); everything else is evaluated in full."""
+    if op.op not in _FUSING:
+        return verdict_of(admissible=False, reason=f"{op.op} is not a top-k aggregation; full evaluation")
+    if op.op == "corroborate":
+        return verdict_of(admissible=False, reason="corroborate counts every origin; full evaluation")
+    if op.op == "intersect":
+        return verdict_of(admissible=False, reason="intersect keeps what every input found; full evaluation")
+    if fusion is None or fusion.top_k is None:
+        return verdict_of(admissible=False, reason="union without k keeps everything its inputs found; full evaluation")
+    if fusion.method == "rrf":
         return verdict_of(
-            admissible=False, reason=f"full evaluation: {', '.join(sorted(set(lacking)))} lack sorted+random access"
+            admissible=False,
+            reason="full evaluation: RRF fuses ranks of scores without one calibration, and no input offers "
+            "random access to a rank",
         )
+    lacking = sorted({c.ref for c in _scan_contracts(chosen, group) if not c.early_stop.sorted_access})
+    if lacking:
+        return verdict_of(admissible=False, reason=f"full evaluation: {', '.join(lacking)} lack exact sorted access")
     return verdict_of(
-        admissible=True, reason="every input declares exact sorted and random access; RRF is monotone in ranks"
+        admissible=True,
+        reason="threshold algorithm: every input declares exact sorted and random access, and the sum of "
+        "calibrated similarities is monotone",
     )

@@ -66,7 +66,7 @@ def order_cascade_by_cost(group: GroupContext) -> tuple[Alternative, ...]:
     ordered = [children[i] for i in order]
     # Same formula as ImplementOperator: later stages run only sometimes, so count at half.
     cost = ordered[0].cost + 0.5 * sum(c.cost for c in ordered[1:])
-    verdict = early_stop_verdict(op.op, ordered, group)
+    verdict = early_stop_verdict(op, ordered, group, None)
     stages = " -> ".join(f"{op.inputs[i]} ({costs[i]:.3f} ms)" for i in order)
     return (
         Alternative(
