@@ -20,7 +20,13 @@ def _engine(args: argparse.Namespace) -> object:
     stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
     index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
     remotes = tuple(getattr(args, "remote", None) or ())
-    return Engine.open(index, statistics=stats, remotes=remotes, remote_timeout=args.remote_timeout)
+    return Engine.open(
+        index,
+        statistics=stats,
+        remotes=remotes,
+        remote_timeout=args.remote_timeout,
+        early_stop=not getattr(args, "no_early_stop", False),
+    )
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -193,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--remote-timeout", type=float, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
         if name == "run":
             p.add_argument("--retain", metavar="DIR", help="keep every leg's response as an artifact for replay")
+            p.add_argument(
+                "--no-early-stop",
+                action="store_true",
+                help="evaluate top-k unions in full even where early stop is admissible (same top k, slower)",
+            )
         if name == "plan":
             p.add_argument(
                 "--explain", action="store_true", help="show memo groups, alternatives and reasons (default)"

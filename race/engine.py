@@ -76,8 +76,12 @@ class Engine:
         extra_contracts: Sequence[Contract] = (),
         statistics: Statistics | None = None,
         result_cache: ResultCache | None = None,
+        early_stop: bool = True,
     ) -> None:
         self.adapters = dict(sorted(adapters.items()))
+        self.early_stop = early_stop
+        """Whether a fusing operator that is admissible for early stop (I9) may stop early; when
+        off it is evaluated in full, which gives the same top k (the benchmark and tests compare)."""
         self._contracts = tuple(
             sorted(
                 [c for a in self.adapters.values() for c in a.contracts()] + list(extra_contracts),
@@ -104,6 +108,7 @@ class Engine:
         cache_dir: Path | None = None,
         remotes: Sequence[str] = (),
         remote_timeout: float = 5.0,
+        early_stop: bool = True,
     ) -> Engine:
         """The local backends of ``index_dir`` and, for each base URL in ``remotes``, a
         ``race serve`` server's contracts (backend ``remote``; one server per engine)."""
@@ -114,7 +119,9 @@ class Engine:
             if isinstance(built, list) and adapter.backend in built:
                 adapters[adapter.backend] = adapter.open(index_dir)
         adapters.update(connect_remotes(remotes, timeout=remote_timeout))
-        return cls(adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir))
+        return cls(
+            adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
+        )
 
     @classmethod
     def bundled(cls, cache_dir: Path | None = None) -> Engine:
@@ -205,7 +212,7 @@ class Engine:
         explain, plan_hit = self._plan(logical, generations, where)
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
-        receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}"
+        receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
         if retain is None:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
@@ -225,11 +232,18 @@ class Engine:
             generations=generations,
             cache=self.result_cache if retain is None else None,
             lineage=recorder.relations,
+            early_stop=self.early_stop,
         )
         root = await executor.run()
         receipt = self._receipt(logical, explain, executor, root)
         receipt = recorder.finish(
-            receipt, plan=logical, explain=explain, legs=executor.legs, generations=generations, models=self.models()
+            receipt,
+            plan=logical,
+            explain=explain,
+            legs=executor.legs,
+            generations=generations,
+            models=self.models(),
+            early_stop=self.early_stop,
         )
         if retain is None and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
             self.receipt_cache.put(receipt_key, receipt)
@@ -262,6 +276,7 @@ class Engine:
             generations=session.generations,
             cache=None,
             lineage=session.relations(),
+            early_stop=session.early_stop,
         )
         root = await executor.run()
         replayed = session.finish(self._receipt(session.plan, session.explain, executor, root, models=session.models))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -38,7 +38,7 @@ from planner import (
     walk,
 )
 from race.cache import ResultCache
-from race.fusion import RRF_K, rrf
+from race.fusion import RRF_K, LegScores, resolved, rrf, score_sum, threshold, to_resolve
 from race.receipt import EvidenceItem, Fusion, ObligationReceipt, OperatorReceipt
 from rsc import (
     REFUTING_KINDS,
@@ -46,6 +46,7 @@ from rsc import (
     BackendTimeout,
     EvidenceStatus,
     Filter,
+    FilterOp,
     Gap,
     GapKind,
     GapSeverity,
@@ -56,6 +57,7 @@ from rsc import (
     ScanResult,
     SearchCoverage,
     SupportClosure,
+    canonical_float,
     fingerprint,
     weakest,
     weakest_closure,
@@ -70,6 +72,11 @@ _STATUS_PRECEDENCE = (
     EvidenceStatus.DERIVED_RELATION,
     EvidenceStatus.RETRIEVED_OBSERVATION,
 )
+_MAX_DEPTH = 100_000_000
+_DEPTH_GROWTH = 4
+"""Each round of the threshold algorithm reads this many times deeper: a round's cost is
+mostly the backend's fixed per-query work, so fewer, deeper rounds finish sooner."""
+_T = TypeVar("_T")
 _FAILURE_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
 
 
@@ -159,6 +166,7 @@ class Executor:
         generations: Mapping[str, str],
         cache: ResultCache | None = None,
         lineage: Lineage | None = None,
+        early_stop: bool = True,
     ) -> None:
         self.plan = plan
         self.explain = explain
@@ -166,6 +174,7 @@ class Executor:
         self.generations = generations
         self.cache = cache
         self.lineage = lineage
+        self.early_stop = early_stop
         self.obligation_receipts: dict[str, ObligationReceipt] = {}
         self.operator_receipts: dict[str, OperatorReceipt] = {}
         self.legs: dict[str, LegRecord] = {}
@@ -176,6 +185,8 @@ class Executor:
             name: anyio.CapacityLimiter(plan.budget.max_concurrency_per_backend) for name in sorted(adapters)
         }
         self._done: dict[str, Outcome] = {}
+        self._fetched: dict[str, ScanResult] = {}
+        self._early_stop_notes: dict[str, str] = {}
         self._running: dict[str, anyio.Event] = {}
         self._deadline = 0.0
 
@@ -259,6 +270,12 @@ class Executor:
             served = tuple(leg.rsc for leg in node.legs)
         outcome = self._soft_reorder(ob, outcome)
         outcome = self._freshness(ob, outcome)
+        self._mark_status(ob, outcome)
+        self._record_obligation(ob, outcome, served_by=served, model_calls=model_calls)
+        return outcome
+
+    @staticmethod
+    def _mark_status(ob: Obligation, outcome: Outcome) -> None:
         status_mark = EvidenceStatus.CANDIDATE_FACT if ob.kind.value == "seek_support" else None
         if ob.kind in REFUTING_KINDS:
             status_mark = EvidenceStatus.CONFLICTING_EVIDENCE
@@ -269,25 +286,32 @@ class Executor:
                     and EvidenceStatus.DERIVED_RELATION not in item.statuses
                 ):
                     item.statuses.add(status_mark)
-        self._record_obligation(ob, outcome, served_by=served, model_calls=model_calls)
-        return outcome
 
     def _remaining_ms(self) -> float:
         return (self._deadline - time.monotonic()) * 1000.0
 
     async def _scan(self, scan: ScanNode, ob: Obligation) -> tuple[Outcome, int]:
+        result, gaps = await self._fetch(scan, ob, f"{ob.id}/{scan.rsc}")
+        if result is None:
+            return Outcome(ob.id, [], {}, SearchCoverage.UNKNOWN, _failure_closure(gaps), gaps, failed=True), 0
+        return self._leaf_outcome(scan, ob, result, gaps), result.model_calls
+
+    async def _fetch(self, scan: ScanNode, ob: Obligation, label: str) -> tuple[ScanResult | None, list[Gap]]:
+        """One request through the result cache, the backend's concurrency limit and the leg and
+        plan deadlines; a request already answered in this run is not sent again."""
         request = scan.request
         backend = request.backend
-        label = f"{ob.id}/{scan.rsc}"
         adapter = self.adapters.get(backend)
         gaps: list[Gap] = list(scan.planned_gaps)
         started = time.monotonic()
         if adapter is None:
             gaps.append(_gap(GapKind.BACKEND_ERROR, ob.id, f"backend {backend!r} is not open in this engine", backend))
             self.legs[label] = LegRecord(0.0, "none", 0, "backend_error")
-            return Outcome(ob.id, [], {}, SearchCoverage.UNKNOWN, SupportClosure.PARTIAL, gaps, failed=True), 0
+            return None, gaps
         generation = self.generations.get(backend, "absent")
         cache_key = fingerprint({"request": request, "generation": generation, "caller": self.plan.generations})
+        if cache_key in self._fetched:
+            return self._fetched[cache_key], gaps
         result = self.cache.get(cache_key) if self.cache is not None else None
         cache_state = "hit" if result is not None else "miss"
         if result is None:
@@ -304,9 +328,7 @@ class Executor:
                     )
                 )
                 self.legs[label] = LegRecord(0.0, "none", 0, "resource_limited")
-                return Outcome(
-                    ob.id, [], {}, SearchCoverage.UNKNOWN, SupportClosure.RESOURCE_LIMITED, gaps, failed=True
-                ), 0
+                return None, gaps
             self.calls[backend] = self.calls.get(backend, 0) + 1
             try:
                 async with self._limiters[backend]:
@@ -340,9 +362,10 @@ class Executor:
         elapsed = (time.monotonic() - started) * 1000.0
         if result is None:
             self.legs[label] = LegRecord(round(elapsed, 3), cache_state, 0, gaps[-1].kind.value)
-            return Outcome(ob.id, [], {}, SearchCoverage.UNKNOWN, SupportClosure.PARTIAL, gaps, failed=True), 0
+            return None, gaps
+        self._fetched[cache_key] = result
         self.legs[label] = LegRecord(round(elapsed, 3), cache_state, len(result.hits), "ok")
-        return self._leaf_outcome(scan, ob, result, gaps), result.model_calls
+        return result, gaps
 
     def _leaf_outcome(self, scan: ScanNode, ob: Obligation, result: ScanResult, gaps: list[Gap]) -> Outcome:
         hits = [h for h in result.hits if all(f.matches(h.metadata) for f in scan.request.residual)]
@@ -573,10 +596,15 @@ class Executor:
             outcome = await self._cascade(node, op)
         elif isinstance(op, FallbackOp):
             outcome = await self._fallback(node, op)
+        elif isinstance(op, UnionOp) and node.fusion is not None and node.fusion.method == "score_sum":
+            outcome = await self._score_union(node, op)
         else:
             children = await self._gather(node.children)
             if isinstance(op, UnionOp):
                 outcome = self._fuse(op.id, [(c.node, c) for c in children])
+                if op.k is not None:
+                    outcome.ranking = outcome.ranking[: op.k]
+                    outcome.items = {k: outcome.items[k] for k in outcome.ranking}
             elif isinstance(op, IntersectOp):
                 outcome = self._intersect(op, children)
             elif isinstance(op, JoinOp):
@@ -611,15 +639,243 @@ class Executor:
             support_closure=outcome.closure,
             opposition_coverage=previous.opposition_coverage if previous else None,
             independent_origins=previous.independent_origins if previous else None,
-            # This executor runs no threshold algorithm: where the planner found early stop
-            # admissible, the receipt says so and that the operator was evaluated in full.
-            early_stop=(
-                f"admissible ({node.early_stop.reason}), evaluated in full"
-                if node.early_stop.admissible
-                else node.early_stop.reason
-            ),
+            early_stop=self._early_stop_notes.get(node.node, node.early_stop.reason),
             gaps=tuple(_sorted_gaps(own)),
         )
+
+    async def _score_union(self, node: OperatorNode, op: UnionOp) -> Outcome:
+        """Fuse inputs of one score calibration by the sum of their similarities (I11).
+
+        Each input first answers its own obligation. Every candidate's score on every input is
+        then read exactly, by random access where the input's answer did not hold it. With a
+        top-k, sorted access goes deeper round by round until Fagin's threshold proves that
+        no unread row can enter the top k (I9), or, where early stop is not admissible or is
+        switched off, until every input is read to the end (full evaluation). Depths depend
+        only on the data, so the receipt does not depend on timing (I5). The deeper reads re-use
+        the obligation's query embedding (the adapter keeps it), so they add no model calls.
+        """
+        fusion = node.fusion
+        assert fusion is not None and fusion.score_kind is not None
+        children = await self._gather(node.children)
+        legs: list[tuple[ScanNode, Obligation]] = []
+        for child in node.children:
+            ob = self.plan.obligation(child.node)
+            assert isinstance(child, ScanNode) and ob is not None, f"score_sum input {child.node} is not a scan"
+            legs.append((child, ob))
+        failed = [c for c in children if c.failed]
+        if failed:
+            # A failed input's scores are unknown: the others fuse by rank, and the receipt says why.
+            outcome = self._fuse(op.id, [(c.node, c) for c in children])
+            outcome.coverage = weakest(outcome.coverage, SearchCoverage.PARTIAL_BACKEND)
+            self._early_stop_notes[op.id] = (
+                f"not applied: {', '.join(c.node for c in failed)} failed, so their scores are unknown; "
+                "the other inputs were fused by RRF"
+            )
+            if op.k is not None:
+                outcome.ranking = outcome.ranking[: op.k]
+                outcome.items = {k: outcome.items[k] for k in outcome.ranking}
+            return outcome
+        kind = fusion.score_kind
+        state = [LegScores(label=f"{ob.id}/{scan.rsc}", score_kind=kind) for scan, ob in legs]
+        hits: list[dict[str, Hit]] = [{} for _ in legs]
+        ranks: list[dict[str, int]] = [{} for _ in legs]
+        gaps: list[Gap] = [g for c in children for g in c.gaps]
+        top_k = fusion.top_k
+        early = top_k is not None and node.early_stop.admissible and self.early_stop
+        # Full evaluation jumps to the largest set an input said it matches; early stop reads deeper by _DEPTH_GROWTH.
+        depth = 0 if top_k is None else max(top_k, *(ob.k for _, ob in legs))  # 0: each input's own answer
+        totals_known: list[int] = []
+        rounds = random_reads = lookup_rounds = 0
+        stop = ""
+        while True:
+            rounds += 1
+            sorted_reads = [
+                self._fetch(self._deeper(scan, depth or ob.k), ob, f"{ob.id}/{scan.rsc}@{depth or ob.k}")
+                for scan, ob in legs
+            ]
+            answers = await self._all(sorted_reads)
+            for i, ((scan, ob), (result, fetch_gaps)) in enumerate(zip(legs, answers, strict=True)):
+                gaps += fetch_gaps
+                if result is None:
+                    stop = f"stopped: sorted access to {state[i].label} failed at depth {depth or ob.k}"
+                    break
+                self._read_sorted(state[i], hits[i], ranks[i], scan, result, depth or ob.k)
+                if result.total_matches is not None:
+                    totals_known.append(result.total_matches)
+            if stop:
+                break
+            seen = _candidates(state)
+            # Random access only for what can still change the top k (all of them without a k);
+            # full evaluation reads every input to the end, which leaves nothing to look up.
+            while not stop and (early or top_k is None):
+                need = to_resolve(state, seen, top_k)
+                if not need:
+                    break
+                wanted = [[key for key in need if key not in leg.scores and not leg.exhausted] for leg in state]
+                chunk_ids = {key: hit.chunk_id for leg_hits in hits for key, hit in leg_hits.items()}
+                lookups = [
+                    self._fetch(
+                        self._lookup(scan, [chunk_ids[k] for k in keys]),
+                        ob,
+                        f"{ob.id}/{scan.rsc}#random{rounds}.{lookup_rounds}",
+                    )
+                    for (scan, ob), keys in zip(legs, wanted, strict=True)
+                    if keys
+                ]
+                lookup_rounds += 1
+                asked = [(i, keys) for i, keys in enumerate(wanted) if keys]
+                for (i, keys), (result, fetch_gaps) in zip(asked, await self._all(lookups), strict=True):
+                    gaps += fetch_gaps
+                    random_reads += len(keys)
+                    if result is None:
+                        stop = f"stopped: random access to {state[i].label} failed"
+                        break
+                    scan, ob = legs[i]
+                    found = {h.key: h for h in result.hits if all(f.matches(h.metadata) for f in scan.request.residual)}
+                    for key in keys:
+                        hit = found.get(key)
+                        state[i].scores[key] = None if hit is None else _native(hit)
+                        if hit is not None:
+                            hits[i].setdefault(key, hit)
+            if stop:
+                break
+            order, totals = score_sum(state, [key for key in seen if resolved(state, key)])
+            if top_k is None:
+                break
+            bound = threshold(state)
+            if all(leg.exhausted for leg in state):
+                stop = (
+                    f"full evaluation: every input read to the end (depth {depth}, {rounds} "
+                    f"{'round' if rounds == 1 else 'rounds'})"
+                )
+                break
+            if early and len(order) >= top_k and totals[order[top_k - 1]] > bound:
+                kth = _num(totals[order[top_k - 1]])
+                stop = (
+                    f"threshold algorithm stopped at depth {depth} after {rounds} "
+                    f"{'round' if rounds == 1 else 'rounds'}: score {kth} of rank {top_k} > threshold "
+                    f"{_num(bound)}; {random_reads} random accesses"
+                )
+                gaps.append(
+                    _gap(
+                        GapKind.EARLY_STOP,
+                        op.id,
+                        f"sorted access read {depth} rows per input (of up to {max(totals_known, default=depth)}); "
+                        "no unread row can reach the "
+                        f"top {top_k}: its score is at most the threshold {_num(bound)} < {kth}",
+                        legs[0][0].request.backend,
+                        caveat=True,
+                    )
+                )
+                break
+            depth = min(depth * _DEPTH_GROWTH if early else max([depth * 2, *totals_known]), _MAX_DEPTH)
+        # Only candidates whose every score is known are ranked; the others cannot reach the top k.
+        order, totals = score_sum(state, [key for key in _candidates(state) if resolved(state, key)])
+        if top_k is not None:
+            order = order[:top_k]
+        items = self._score_items(legs, state, hits, ranks, order, totals)
+        coverage = weakest(*(c.coverage for c in children))
+        closure = weakest_closure(*(c.closure for c in children))
+        if stop.startswith("stopped"):
+            coverage = weakest(coverage, SearchCoverage.PARTIAL_BACKEND)
+            closure = weakest_closure(closure, SupportClosure.PARTIAL)
+        if top_k is None:
+            stop = node.early_stop.reason
+        elif not early and node.early_stop.admissible and not stop.startswith("stopped"):
+            stop = f"admissible ({node.early_stop.reason}) but switched off; {stop}"
+        elif not node.early_stop.admissible and not stop.startswith("stopped"):
+            stop = f"{node.early_stop.reason}; {stop}"
+        self._early_stop_notes[op.id] = stop
+        return Outcome(op.id, order, items, coverage, closure, gaps)
+
+    @staticmethod
+    def _deeper(scan: ScanNode, depth: int) -> ScanNode:
+        if depth == scan.request.k:
+            return scan
+        return scan.model_copy(update={"request": scan.request.model_copy(update={"k": depth})})
+
+    @staticmethod
+    def _lookup(scan: ScanNode, chunk_ids: Sequence[str]) -> ScanNode:
+        """Random access: the input's request restricted to the named rows (their identity filter
+        pushed), scored exactly; a row the request's filters exclude does not come back."""
+        ids = tuple(sorted(set(chunk_ids)))
+        request = scan.request.model_copy(
+            update={
+                "k": len(ids),
+                "pushed": (*scan.request.pushed, Filter(field="chunk_id", op=FilterOp.IN, values=ids)),
+                "params": {**scan.request.params, "access": "random"},
+            }
+        )
+        return scan.model_copy(update={"request": request, "planned_gaps": ()})
+
+    async def _all(self, calls: Sequence[Awaitable[_T]]) -> list[_T]:
+        results: list[_T | None] = [None] * len(calls)
+
+        async def one(i: int, call: Awaitable[_T]) -> None:
+            results[i] = await call
+
+        async with anyio.create_task_group() as tg:
+            for i, call in enumerate(calls):
+                tg.start_soon(one, i, call)
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _read_sorted(
+        leg: LegScores,
+        hits: dict[str, Hit],
+        ranks: dict[str, int],
+        scan: ScanNode,
+        result: ScanResult,
+        depth: int,
+    ) -> None:
+        for hit in result.hits:
+            eligible = all(f.matches(hit.metadata) for f in scan.request.residual)
+            leg.scores[hit.key] = _native(hit) if eligible else None
+            if eligible:
+                hits[hit.key] = hit
+                ranks[hit.key] = hit.custody.rank
+        leg.last = _native(result.hits[-1]) if result.hits else None
+        # Fewer rows than asked, or every row the filters match: nothing is left unread.
+        leg.exhausted = len(result.hits) < depth or (
+            result.total_matches is not None and len(result.hits) >= result.total_matches
+        )
+
+    def _score_items(
+        self,
+        legs: Sequence[tuple[ScanNode, Obligation]],
+        state: Sequence[LegScores],
+        hits: Sequence[dict[str, Hit]],
+        ranks: Sequence[dict[str, int]],
+        order: Sequence[str],
+        totals: Mapping[str, float],
+    ) -> dict[str, Item]:
+        items: dict[str, Item] = {}
+        for key in order:
+            item: Item | None = None
+            for (scan, ob), leg, leg_hits in zip(legs, state, hits, strict=True):
+                hit = leg_hits.get(key)
+                if hit is None or leg.scores.get(key) is None:
+                    continue
+                one = self._leg_item(scan, ob, hit)
+                item = one if item is None else item.merged(one)
+            assert item is not None, f"{key} has a score but no hit"
+            item.fusion = Fusion(
+                method="score_sum",
+                ranks={leg.label: r[key] for leg, r in zip(state, ranks, strict=True) if key in r},
+                similarities={leg.label: round(leg.similarity(key), 12) for leg in state},
+                score=round(totals[key], 12),
+            )
+            items[key] = item
+        return items
+
+    def _leg_item(self, scan: ScanNode, ob: Obligation, hit: Hit) -> Item:
+        """The item one input's hit makes, with the statuses its obligation gives (I16)."""
+        outcome = self._leaf_outcome(scan, ob, ScanResult(hits=(hit,), generation=""), [])
+        item = outcome.items[hit.key]
+        if ob.freshness is not None:
+            self._mark_stale(outcome, ob.freshness.as_of, ob.freshness.max_age_days)
+        self._mark_status(ob, outcome)
+        return item
 
     async def _cascade(self, node: OperatorNode, op: CascadeOp) -> Outcome:
         ran: list[Outcome] = []
@@ -908,6 +1164,29 @@ class Executor:
 
 def _matches(flt: Filter, item: Item) -> bool:
     return bool(item.hits) and flt.matches(item.hits[0].metadata)
+
+
+def _candidates(legs: Sequence[LegScores]) -> list[str]:
+    """Every key some input holds (a known score that is not ``None``), sorted."""
+    return sorted({key for leg in legs for key, score in leg.scores.items() if score is not None})
+
+
+def _native(hit: Hit) -> float:
+    """A hit's native score as its receipt and its retained response write it (canonical), so
+    a replayed fusion adds up the very same numbers as the live one (I8)."""
+    return float(canonical_float(hit.custody.score))
+
+
+def _num(value: float) -> str:
+    return f"{value:.6f}"
+
+
+def _failure_closure(gaps: Sequence[Gap]) -> SupportClosure:
+    return (
+        SupportClosure.RESOURCE_LIMITED
+        if any(g.kind is GapKind.RESOURCE_LIMITED for g in gaps)
+        else (SupportClosure.PARTIAL)
+    )
 
 
 def _sorted_gaps(gaps: Sequence[Gap]) -> list[Gap]:

@@ -1,13 +1,18 @@
-"""Reciprocal rank fusion, recorded as selection provenance (I11).
+"""Fusion, recorded as selection provenance (I11).
 
 RRF is used only where scores are not calibrated against each other (BM25 beside cosine
 distance beside hop counts). Ranks are 1-based; ties are broken by the canonical evidence
-key, so the fused order never depends on which leg finished first.
+key, so the fused order never depends on which leg finished first. Inputs whose contracts
+share a score calibration fuse by the sum of their similarities; with a top-k that sum is
+what Fagin's threshold algorithm stops early on (I9).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rsc import ScoreKind, similarity, similarity_floor
 
 RRF_K = 60
 
@@ -24,3 +29,69 @@ def rrf(
             ranks.setdefault(key, {})[label] = rank
     order = sorted(scores, key=lambda key: (-round(scores[key], 12), key))
     return order, scores, ranks
+
+
+@dataclass
+class LegScores:
+    """What one input of a score-sum fusion has told so far (I9, I11).
+
+    ``scores`` maps an evidence key to its native score, or to ``None`` where the input was
+    asked and cannot hold the row (filtered out). ``last`` is the native score of the deepest
+    row sorted access returned; ``exhausted`` says sorted access returned every row there is.
+    """
+
+    label: str
+    score_kind: ScoreKind
+    scores: dict[str, float | None] = field(default_factory=dict)
+    last: float | None = None
+    exhausted: bool = False
+
+    def similarity(self, key: str) -> float:
+        score = self.scores.get(key)
+        return similarity_floor(self.score_kind) if score is None else similarity(self.score_kind, score)
+
+    def bound(self) -> float:
+        """The best similarity a row sorted access has not reached can have here."""
+        if self.exhausted or self.last is None:
+            return similarity_floor(self.score_kind)
+        return similarity(self.score_kind, self.last)
+
+
+def score_sum(legs: Sequence[LegScores], keys: Iterable[str]) -> tuple[list[str], dict[str, float]]:
+    """Order ``keys`` by the sum of their calibrated similarities, ties by key."""
+    totals = {key: sum(leg.similarity(key) for leg in legs) for key in keys}
+    order = sorted(totals, key=lambda key: (-round(totals[key], 12), key))
+    return order, totals
+
+
+def threshold(legs: Sequence[LegScores]) -> float:
+    """Fagin's threshold: no row unseen by every input's sorted access can score above it."""
+    return sum(leg.bound() for leg in legs)
+
+
+def resolved(legs: Sequence[LegScores], key: str) -> bool:
+    """Whether every input's score of ``key`` is known (a finished input knows it lacks a row)."""
+    return all(key in leg.scores or leg.exhausted for leg in legs)
+
+
+def upper_bound(legs: Sequence[LegScores], key: str) -> float:
+    """The best fused score ``key`` can still have: known similarities, and for an input whose
+    sorted access has not reached it, that input's bound."""
+    return sum(leg.similarity(key) if key in leg.scores else leg.bound() for leg in legs)
+
+
+def to_resolve(legs: Sequence[LegScores], candidates: Iterable[str], top_k: int | None) -> list[str]:
+    """The candidates whose exact fused score is still needed, by random access, to know the
+    top ``top_k`` (all of them without a top-k): those whose upper bound reaches the k-th exact
+    score, or while fewer than k are exact, the best by upper bound."""
+    pending = [key for key in candidates if not resolved(legs, key)]
+    if top_k is None or not pending:
+        return sorted(pending)
+    done = [key for key in candidates if resolved(legs, key)]
+    order, totals = score_sum(legs, done)
+    bounds = {key: upper_bound(legs, key) for key in pending}
+    if len(order) < top_k:
+        best = sorted(pending, key=lambda key: (-round(bounds[key], 12), key))
+        return sorted(best[: top_k - len(order)])
+    kth = totals[order[top_k - 1]]
+    return sorted(key for key in pending if bounds[key] >= kth)

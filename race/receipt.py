@@ -75,9 +75,12 @@ class OperatorReceipt(Record):
 class Fusion(Record):
     """How an item's position was chosen: selection provenance, never warrant (I11)."""
 
-    method: Literal["rrf", "single"]
+    method: Literal["rrf", "score_sum", "single"]
     k: int | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
+    similarities: dict[str, CanonicalFloat] = Field(default_factory=dict)
+    """score_sum: each input's calibrated similarity of the item (the floor where it cannot
+    hold it); ranks name the inputs whose sorted access reached it."""
     score: CanonicalFloat | None = None
     tie_break: Literal["key"] = "key"
 

@@ -178,6 +178,7 @@ class ReplaySession:
     models: tuple[dict[str, str | int], ...]
     backends_open: tuple[str, ...]
     with_relations: bool
+    early_stop: bool = True
     scans: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     lookups: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)
@@ -216,6 +217,7 @@ class ReplaySession:
                 models=tuple(dict(m) for m in art["models"]),
                 backends_open=tuple(str(b) for b in art["backends_open"]),
                 with_relations=bool(art["relations"]),
+                early_stop=bool(art.get("early_stop", True)),
             )
         except (KeyError, TypeError, AttributeError, ValidationError) as exc:
             raise ReplayError(f"plan artifact does not parse ({exc})", where=where) from exc

@@ -284,6 +284,7 @@ class RunRecorder:
         legs: Mapping[str, LegRecord],
         generations: Mapping[str, str],
         models: Sequence[Mapping[str, str | int]],
+        early_stop: bool = True,
     ) -> Receipt:
         """The receipt with its lineage id and, when retaining, the artifact digests (nothing written yet)."""
         for response in self.responses:
@@ -320,6 +321,7 @@ class RunRecorder:
             "models": [dict(m) for m in models],
             "backends_open": sorted(self.adapters),
             "relations": self.relations is not None,
+            "early_stop": early_stop,
             "created_at": created_at,
         }
         contents = [plan_content]
