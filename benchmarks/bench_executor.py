@@ -199,6 +199,10 @@ async def bench_cache_hit(engine: Engine, plan_doc: dict[str, Any], runs: int) -
         engine.result_cache = ResultCache()
         engine.plan_cache = type(engine.plan_cache)()
         engine.clear_receipt_cache()
+        for adapter in engine.adapters.values():
+            forget = getattr(adapter, "forget_query_vectors", None)
+            if forget is not None:
+                forget()
         await engine.run(plan)
 
     async def hit() -> None:

@@ -78,6 +78,8 @@ async def bench_hybrid(engine: Engine, runs: int) -> dict[str, Any]:
     async def race() -> None:
         engine.result_cache = ResultCache()
         engine.clear_receipt_cache()
+        # The peer embeds the query on every call; so does RACE here (no kept vector).
+        lance.forget_query_vectors()  # type: ignore[attr-defined]
         await engine.run(plan)
 
     async def native() -> None:

@@ -561,6 +561,11 @@ class LanceAdapter(Adapter):
             exhausted=matching is not None and len(hits) >= matching and not gaps,
         )
 
+    def forget_query_vectors(self) -> None:
+        """Drop the kept query vectors (benchmarks compare cold embedding against a peer)."""
+        with self._vectors_lock:
+            self._vectors.clear()
+
     def _query_vector(self, text: str) -> npt.NDArray[np.float32]:
         """The query's embedding, computed once per text while it stays among the recent ones.
         The embedder is deterministic (single-threaded BLAS), so a kept vector is the same bits."""
