@@ -32,6 +32,7 @@ import anyio.to_thread
 import lancedb
 import numpy as np
 import numpy.typing as npt
+import orjson
 import pyarrow as pa
 from lancedb.index import Bitmap, BTree, IvfFlat
 from lancedb.query import LanceVectorQueryBuilder
@@ -518,7 +519,7 @@ class LanceAdapter(Adapter):
             late, candidates = native, min(request.k, snap.rows)
         else:
             late, candidates = after, len(rows)
-            rows = [r for r in rows if all(f.matches(json.loads(r["metadata_json"])) for f in after)]
+            rows = [r for r in rows if all(f.matches(orjson.loads(r["metadata_json"])) for f in after)]
         hits = self._hits(request, rows, generation)
         matching: int | None = None
         if late or len(hits) < request.k or mode == MODE_FLAT:
@@ -586,7 +587,7 @@ class LanceAdapter(Adapter):
         chunks = []
         for row in rows:
             chunk = {name: row[name] for name in _CHUNK_COLUMNS if name != "metadata_json"}
-            chunk["metadata"] = json.loads(row["metadata_json"])
+            chunk["metadata"] = orjson.loads(row["metadata_json"])
             chunks.append((chunk, float(row["_distance"])))
         corpus_revision = str(rows[0]["corpus_revision"]) if rows else ""
         return tuple(

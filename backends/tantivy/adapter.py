@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import anyio.to_thread
+import orjson
 import tantivy
 
 from backends.base import Adapter, Progress, custody_hits, load_contracts_beside
@@ -203,7 +204,7 @@ class TantivyAdapter(Adapter):
             # Only documents that can still make the cut (ties with the k-th score) are read.
             cut = scored[request.k - 1][0]
             scored = [p for p in scored if p[0] >= cut]
-        rows = [(score, json.loads(searcher.doc(address)["row"][0])) for score, address in scored]
+        rows = [(score, orjson.loads(searcher.doc(address)["row"][0])) for score, address in scored]
         if kind is ScoreKind.EXACT_MATCH:
             rows.sort(key=lambda r: str(r[1]["chunk_id"]))
         else:
