@@ -54,6 +54,7 @@ from rsc import (
     ObligationStatus,
     OperatorKind,
     RaceError,
+    ScanRequest,
     ScanResult,
     SearchCoverage,
     SupportClosure,
@@ -331,9 +332,8 @@ class Executor:
                 return None, gaps
             self.calls[backend] = self.calls.get(backend, 0) + 1
             try:
-                async with self._limiters[backend]:
-                    with anyio.fail_after(timeout_ms / 1000.0):
-                        result = await adapter.scan(request)
+                with anyio.fail_after(timeout_ms / 1000.0):
+                    result = await self._limited(backend, adapter, request)
             except TimeoutError as exc:
                 # A replayed deadline carries the live run's verdict; replay never re-measures time.
                 plan_bound = bool(getattr(exc, "plan_bound", plan_bound))
@@ -366,6 +366,19 @@ class Executor:
         self._fetched[cache_key] = result
         self.legs[label] = LegRecord(round(elapsed, 3), cache_state, len(result.hits), "ok")
         return result, gaps
+
+    async def _limited(self, backend: str, adapter: Adapter, request: ScanRequest) -> ScanResult:
+        """``adapter.scan`` within the backend's concurrency limit. A free slot is taken without
+        a trip through the event loop; a full limiter waits (and can be cancelled) as usual."""
+        limiter = self._limiters[backend]
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await limiter.acquire()
+        try:
+            return await adapter.scan(request)
+        finally:
+            limiter.release()
 
     def _leaf_outcome(self, scan: ScanNode, ob: Obligation, result: ScanResult, gaps: list[Gap]) -> Outcome:
         hits = [h for h in result.hits if all(f.matches(h.metadata) for f in scan.request.residual)]
