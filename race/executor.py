@@ -695,7 +695,8 @@ class Executor:
         gaps: list[Gap] = [g for c in children for g in c.gaps]
         top_k = fusion.top_k
         early = top_k is not None and node.early_stop.admissible and self.early_stop
-        # Full evaluation jumps to the largest set an input said it matches; early stop reads deeper by _DEPTH_GROWTH.
+        # Early stop reads deeper by _DEPTH_GROWTH a round; full evaluation jumps to the largest
+        # set an input said it matches.
         depth = 0 if top_k is None else max(top_k, *(ob.k for _, ob in legs))  # 0: each input's own answer
         totals_known: list[int] = []
         rounds = random_reads = lookup_rounds = 0
@@ -720,36 +721,15 @@ class Executor:
             seen = _candidates(state)
             # Random access only for what can still change the top k (all of them without a k);
             # full evaluation reads every input to the end, which leaves nothing to look up.
-            while not stop and (early or top_k is None):
+            while early or top_k is None:
                 need = to_resolve(state, seen, top_k)
                 if not need:
                     break
-                wanted = [[key for key in need if key not in leg.scores and not leg.exhausted] for leg in state]
-                chunk_ids = {key: hit.chunk_id for leg_hits in hits for key, hit in leg_hits.items()}
-                lookups = [
-                    self._fetch(
-                        self._lookup(scan, [chunk_ids[k] for k in keys]),
-                        ob,
-                        f"{ob.id}/{scan.rsc}#random{rounds}.{lookup_rounds}",
-                    )
-                    for (scan, ob), keys in zip(legs, wanted, strict=True)
-                    if keys
-                ]
                 lookup_rounds += 1
-                asked = [(i, keys) for i, keys in enumerate(wanted) if keys]
-                for (i, keys), (result, fetch_gaps) in zip(asked, await self._all(lookups), strict=True):
-                    gaps += fetch_gaps
-                    random_reads += len(keys)
-                    if result is None:
-                        stop = f"stopped: random access to {state[i].label} failed"
-                        break
-                    scan, ob = legs[i]
-                    found = {h.key: h for h in result.hits if all(f.matches(h.metadata) for f in scan.request.residual)}
-                    for key in keys:
-                        hit = found.get(key)
-                        state[i].scores[key] = None if hit is None else _native(hit)
-                        if hit is not None:
-                            hits[i].setdefault(key, hit)
+                reads, stop = await self._random_access(legs, state, hits, need, gaps, f"{rounds}.{lookup_rounds}")
+                random_reads += reads
+                if stop:
+                    break
             if stop:
                 break
             order, totals = score_sum(state, [key for key in seen if resolved(state, key)])
@@ -800,6 +780,43 @@ class Executor:
             stop = f"{node.early_stop.reason}; {stop}"
         self._early_stop_notes[op.id] = stop
         return Outcome(op.id, order, items, coverage, closure, gaps)
+
+    async def _random_access(
+        self,
+        legs: Sequence[tuple[ScanNode, Obligation]],
+        state: Sequence[LegScores],
+        hits: Sequence[dict[str, Hit]],
+        need: Sequence[str],
+        gaps: list[Gap],
+        tag: str,
+    ) -> tuple[int, str]:
+        """Read every input's score of the ``need`` keys it has not answered for, all inputs at
+        once; return how many keys were asked and, if an input failed, why the union stops."""
+        wanted = [[key for key in need if key not in leg.scores and not leg.exhausted] for leg in state]
+        chunk_ids = {key: hit.chunk_id for leg_hits in hits for key, hit in leg_hits.items()}
+        asked = [(i, keys) for i, keys in enumerate(wanted) if keys]
+        lookups = [
+            self._fetch(
+                self._lookup(legs[i][0], [chunk_ids[k] for k in keys]),
+                legs[i][1],
+                f"{legs[i][1].id}/{legs[i][0].rsc}#random{tag}",
+            )
+            for i, keys in asked
+        ]
+        reads = 0
+        for (i, keys), (result, fetch_gaps) in zip(asked, await self._all(lookups), strict=True):
+            gaps += fetch_gaps
+            reads += len(keys)
+            if result is None:
+                return reads, f"stopped: random access to {state[i].label} failed"
+            residual = legs[i][0].request.residual
+            found = {h.key: h for h in result.hits if all(f.matches(h.metadata) for f in residual)}
+            for key in keys:
+                hit = found.get(key)
+                state[i].scores[key] = None if hit is None else _native(hit)
+                if hit is not None:
+                    hits[i].setdefault(key, hit)
+        return reads, ""
 
     @staticmethod
     def _deeper(scan: ScanNode, depth: int) -> ScanNode:
