@@ -129,6 +129,7 @@ def custody_hits(
         "filters_pushed": tuple(f.describe() for f in request.pushed),
         "filters_residual": tuple(f.describe() for f in request.residual),
         "score_kind": score_kind,
+        "access": "random" if request.params.get("access") == "random" else "sorted",
     }
     raw = []
     for rank, (chunk, score) in enumerate(rows, start=1):

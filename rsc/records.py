@@ -144,6 +144,9 @@ class Custody(Record):
     rank: Annotated[int, Field(ge=1)]
     score: CanonicalFloat
     score_kind: ScoreKind
+    access: Literal["sorted", "random"] = "sorted"
+    """``random``: the hit answers a random access (the request named its rows by identity), so
+    ``rank`` orders that answer only, not the input's ranking; the score is exact all the same."""
 
 
 class Hit(Record):

@@ -138,6 +138,7 @@ def test_sorted_access_is_the_exact_top_d(adapter: Adapter) -> None:
         deep = _scan(adapter, _request(contract, k=12))
         pairs = [(h.key, h.custody.score) for h in deep.hits]
         assert [(h.key, h.custody.score) for h in shallow.hits] == pairs[: len(shallow.hits)], contract.rsc_id
+        assert {h.custody.access for h in deep.hits} <= {"sorted"}
         assert len(shallow.hits) == min(3, len(deep.hits)), contract.rsc_id
         checked += 1
     assert checked, f"{adapter.backend}: no contract declares sorted access"
@@ -173,6 +174,7 @@ def test_random_access_scores_named_rows_as_sorted_access_does(adapter: Adapter)
         assert sorted(h.chunk_id for h in found.hits) == sorted(asked), contract.rsc_id
         for hit in found.hits:
             assert hit.custody.score == scores[hit.key], f"{contract.rsc_id}: {hit.key}"
+            assert hit.custody.access == "random", "a random-access rank is not the input's rank; custody says so"
         for flt in _filters(contract):
             if contract.filter_support(flt.field).support is FilterSupportClass.POSTFILTER_ONLY:
                 continue
