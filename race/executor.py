@@ -709,7 +709,7 @@ class Executor:
             ]
             answers = await self._all(sorted_reads)
             for i, ((scan, ob), (result, fetch_gaps)) in enumerate(zip(legs, answers, strict=True)):
-                gaps += fetch_gaps
+                gaps += _union_gaps(op.id, fetch_gaps, scan.planned_gaps)
                 if result is None:
                     stop = f"stopped: sorted access to {state[i].label} failed at depth {depth or ob.k}"
                     break
@@ -726,7 +726,9 @@ class Executor:
                 if not need:
                     break
                 lookup_rounds += 1
-                reads, stop = await self._random_access(legs, state, hits, need, gaps, f"{rounds}.{lookup_rounds}")
+                reads, stop = await self._random_access(
+                    legs, state, hits, need, gaps, f"{rounds}.{lookup_rounds}", op.id
+                )
                 random_reads += reads
                 if stop:
                     break
@@ -789,6 +791,7 @@ class Executor:
         need: Sequence[str],
         gaps: list[Gap],
         tag: str,
+        union: str,
     ) -> tuple[int, str]:
         """Read every input's score of the ``need`` keys it has not answered for, all inputs at
         once; return how many keys were asked and, if an input failed, why the union stops."""
@@ -805,7 +808,7 @@ class Executor:
         ]
         reads = 0
         for (i, keys), (result, fetch_gaps) in zip(asked, await self._all(lookups), strict=True):
-            gaps += fetch_gaps
+            gaps += _union_gaps(union, fetch_gaps, ())
             reads += len(keys)
             if result is None:
                 return reads, f"stopped: random access to {state[i].label} failed"
@@ -1194,6 +1197,16 @@ class Executor:
 
 def _matches(flt: Filter, item: Item) -> bool:
     return bool(item.hits) and flt.matches(item.hits[0].metadata)
+
+
+def _union_gaps(union: str, fetched: Sequence[Gap], planned: Sequence[Gap]) -> list[Gap]:
+    """Gaps of the union's own deeper reads belong to the union: each input's obligation was
+    already answered (and recorded) in full, so they are charged where they shortened an answer."""
+    return [
+        g.model_copy(update={"obligation": union, "detail": f"{g.obligation}: {g.detail}"})
+        for g in fetched
+        if g not in planned
+    ]
 
 
 def _candidates(legs: Sequence[LegScores]) -> list[str]:

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from backends import Adapter
 from planner import OperatorNode, compile_plan, plan_from_dict, render_text
 from race.engine import Engine, known_contracts
 from race.receipt import Receipt
-from rsc import GapKind, SearchCoverage
+from rsc import GapKind, ScanRequest, ScanResult, SearchCoverage
 from tests.conftest import FIXTURES, WrappedAdapter, load_plan, unavailable
 
 GENERATIONS = {"tantivy": "t", "lancedb": "l", "graph": "g"}
@@ -172,3 +173,27 @@ def test_an_early_stopped_run_replays_byte_for_byte(index_dir: Path, tmp_path: P
     full = Engine.open(index_dir, early_stop=False)
     kept_full = full.run_sync(load_plan("early_stop_union.json"), retain=tmp_path / "full")
     assert full.replay_sync(kept_full, tmp_path / "full").normalized_bytes() == kept_full.normalized_bytes()
+
+
+class _NoRandomAccess(WrappedAdapter):
+    """A real backend whose random accesses fail, as a remote one might mid-plan."""
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        if request.params.get("access") == "random":
+            raise unavailable("random access refused")
+        return await self.inner.scan(request)
+
+
+def test_a_failed_random_access_stops_the_union_with_a_gap(session_engine: Engine) -> None:
+    adapters: dict[str, Adapter] = dict(session_engine.adapters)
+    adapters["lancedb"] = _NoRandomAccess(session_engine.adapters["lancedb"])
+    receipt = Engine(adapters).run_sync(load_plan("early_stop_union.json"))
+    (union,) = receipt.operators
+    assert union.early_stop.startswith("stopped: random access to"), union.early_stop
+    assert union.search_coverage is SearchCoverage.PARTIAL_BACKEND
+    assert any(g.kind is GapKind.BACKEND_ERROR and "random access refused" in g.detail for g in receipt.gaps)
+    assert not any(g.kind is GapKind.EARLY_STOP for g in receipt.gaps)
+    # What it returns has every similarity read; nothing is ranked on a guessed score.
+    for item in receipt.evidence:
+        assert len(item.fusion.similarities) == 3
+    assert all(o.status.value == "satisfied" for o in receipt.obligations)
