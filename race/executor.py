@@ -773,7 +773,7 @@ class Executor:
         closure = weakest_closure(*(c.closure for c in children))
         if stop.startswith("stopped"):
             coverage = weakest(coverage, SearchCoverage.PARTIAL_BACKEND)
-            closure = weakest_closure(closure, SupportClosure.PARTIAL)
+            closure = weakest_closure(closure, _failure_closure(gaps))
         if top_k is None:
             stop = node.early_stop.reason
         elif not early and node.early_stop.admissible and not stop.startswith("stopped"):

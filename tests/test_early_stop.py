@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from backends import Adapter
@@ -196,4 +197,28 @@ def test_a_failed_random_access_stops_the_union_with_a_gap(session_engine: Engin
     # What it returns has every similarity read; nothing is ranked on a guessed score.
     for item in receipt.evidence:
         assert len(item.fusion.similarities) == 3
+    assert all(o.status.value == "satisfied" for o in receipt.obligations)
+
+
+class _SlowDeepReads(WrappedAdapter):
+    """Answers each input's own request at once and every deeper or random read slowly."""
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        if request.k > 5 or request.params.get("access") == "random":
+            await anyio.sleep(2.0)
+        return await self.inner.scan(request)
+
+
+def test_the_plan_deadline_bounds_the_threshold_rounds(session_engine: Engine) -> None:
+    plan = load_plan("early_stop_union.json")
+    plan["budget"] = {"deadline_ms": 800, "leg_timeout_ms": 5000}
+    adapters: dict[str, Adapter] = dict(session_engine.adapters)
+    adapters["lancedb"] = _SlowDeepReads(session_engine.adapters["lancedb"])
+    receipt = Engine(adapters).run_sync(plan)
+    (union,) = receipt.operators
+    assert union.early_stop.startswith("stopped: sorted access to"), union.early_stop
+    assert union.search_coverage is SearchCoverage.PARTIAL_BACKEND
+    # The slow read was cancelled at the plan deadline, not waited out: a gap, not absence (I7).
+    assert any(g.kind is GapKind.CANCELLED and g.obligation == "answer" for g in receipt.gaps)
+    # Each input's own answer arrived in time and stands.
     assert all(o.status.value == "satisfied" for o in receipt.obligations)
