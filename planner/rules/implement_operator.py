@@ -31,6 +31,11 @@ def implement_operator(group: GroupContext) -> tuple[Alternative, ...]:
     cost = max(costs) if op.op in _CONCURRENT else costs[0] + 0.5 * sum(costs[1:])
     reach = _reach(op, [c.reach for c in chosen])
     fusion = fusion_of(op, chosen, group)
+    if fusion is not None and fusion.method == "score_sum":
+        # After the inputs' own answers comes at least one more round of reads (deeper sorted
+        # access, or random access), as slow as the slowest input: a lower bound, not a guess
+        # at how deep the data will make the threshold algorithm read.
+        cost = 2 * cost
     verdict = early_stop_verdict(op, chosen, group, fusion)
     node = OperatorNode(
         node=op.id,
