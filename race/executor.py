@@ -38,7 +38,7 @@ from planner import (
     walk,
 )
 from race.cache import ResultCache
-from race.fusion import RRF_K, LegScores, resolved, rrf, score_sum, threshold, to_resolve
+from race.fusion import RRF_K, LegScores, certified, resolved, rrf, score_sum, threshold, to_resolve
 from race.receipt import EvidenceItem, Fusion, ObligationReceipt, OperatorReceipt
 from rsc import (
     REFUTING_KINDS,
@@ -744,7 +744,7 @@ class Executor:
                     f"{'round' if rounds == 1 else 'rounds'})"
                 )
                 break
-            if early and len(order) >= top_k and totals[order[top_k - 1]] > bound:
+            if early and certified(state, seen, top_k):
                 kth = _num(totals[order[top_k - 1]])
                 stop = (
                     f"threshold algorithm stopped at depth {depth} after {rounds} "

@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from rsc import ScoreKind, similarity, similarity_floor
 
 RRF_K = 60
+_DIGITS = 12
+"""Fused scores are ranked, compared and recorded at 12 decimals: sums that differ only in
+their last floating-point bits are one score, and the evidence key decides between them."""
+
+
+def _level(score: float) -> float:
+    return round(score, _DIGITS)
 
 
 def rrf(
@@ -27,7 +34,7 @@ def rrf(
         for rank, key in enumerate(keys, start=1):
             scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
             ranks.setdefault(key, {})[label] = rank
-    order = sorted(scores, key=lambda key: (-round(scores[key], 12), key))
+    order = sorted(scores, key=lambda key: (-_level(scores[key]), key))
     return order, scores, ranks
 
 
@@ -60,7 +67,7 @@ class LegScores:
 def score_sum(legs: Sequence[LegScores], keys: Iterable[str]) -> tuple[list[str], dict[str, float]]:
     """Order ``keys`` by the sum of their calibrated similarities, ties by key."""
     totals = {key: sum(leg.similarity(key) for leg in legs) for key in keys}
-    order = sorted(totals, key=lambda key: (-round(totals[key], 12), key))
+    order = sorted(totals, key=lambda key: (-_level(totals[key]), key))
     return order, totals
 
 
@@ -91,7 +98,23 @@ def to_resolve(legs: Sequence[LegScores], candidates: Iterable[str], top_k: int 
     order, totals = score_sum(legs, done)
     bounds = {key: upper_bound(legs, key) for key in pending}
     if len(order) < top_k:
-        best = sorted(pending, key=lambda key: (-round(bounds[key], 12), key))
+        best = sorted(pending, key=lambda key: (-_level(bounds[key]), key))
         return sorted(best[: top_k - len(order)])
-    kth = totals[order[top_k - 1]]
-    return sorted(key for key in pending if bounds[key] >= kth)
+    kth = _level(totals[order[top_k - 1]])
+    # A candidate whose bound ties the k-th score may still win the tie by its key.
+    return sorted(key for key in pending if _level(bounds[key]) >= kth)
+
+
+def certified(legs: Sequence[LegScores], candidates: Iterable[str], top_k: int) -> bool:
+    """Whether the top ``top_k`` of the exactly scored candidates is final: its k-th fused score
+    is above the threshold (no unread row can reach it) and above the upper bound of every
+    candidate whose score is not exact yet."""
+    keys = list(candidates)
+    order, totals = score_sum(legs, [key for key in keys if resolved(legs, key)])
+    if len(order) < top_k:
+        return False
+    kth = _level(totals[order[top_k - 1]])
+    # Strictly above, at the precision scores are ranked at: a tie could go to a smaller key.
+    return kth > _level(threshold(legs)) and all(
+        _level(upper_bound(legs, key)) < kth for key in keys if not resolved(legs, key)
+    )
