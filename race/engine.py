@@ -79,9 +79,9 @@ class Engine:
         early_stop: bool = True,
     ) -> None:
         self.adapters = dict(sorted(adapters.items()))
+        # Whether a union admissible for early stop (I9) may stop early; when off it is evaluated
+        # in full, which gives the same top k (the benchmark and tests compare the two).
         self.early_stop = early_stop
-        """Whether a fusing operator that is admissible for early stop (I9) may stop early; when
-        off it is evaluated in full, which gives the same top k (the benchmark and tests compare)."""
         self._contracts = tuple(
             sorted(
                 [c for a in self.adapters.values() for c in a.contracts()] + list(extra_contracts),
