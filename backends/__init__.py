@@ -1,6 +1,6 @@
 """Backend adapters, one package per backend, each with its RSC files beside it."""
 
-from backends.base import Adapter, Progress, custody_hit, load_contracts_beside
+from backends.base import Adapter, Progress, blocking, custody_hit, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
 from backends.graph import GraphAdapter
 from backends.lancedb import LanceAdapter
@@ -22,6 +22,7 @@ __all__ = [
     "Progress",
     "RemoteAdapter",
     "TantivyAdapter",
+    "blocking",
     "custody_hit",
     "load_contracts_beside",
     "load_corpus",

@@ -11,8 +11,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
+import anyio.to_thread
 from pydantic import TypeAdapter
 
 from backends.corpus import Corpus
@@ -33,6 +34,18 @@ from rsc import (
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while an index is built."""
+
+_R = TypeVar("_R")
+
+
+async def blocking(fn: Callable[..., _R], *args: Any) -> _R:
+    """``fn(*args)`` on a worker thread, abandoned when the caller is cancelled.
+
+    A leg's deadline must win over a backend call that does not return (I7, I17): on
+    cancellation the caller moves on at once and whatever the thread answers later is
+    discarded. Every adapter runs its blocking work through here.
+    """
+    return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
 
 
 def load_contracts_beside(package_file: str) -> tuple[Contract, ...]:

@@ -17,10 +17,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Self
 
-import anyio.to_thread
 from pydantic import TypeAdapter
 
-from backends.base import Adapter, Progress, load_contracts_beside, request_fingerprint
+from backends.base import Adapter, Progress, blocking, load_contracts_beside, request_fingerprint
 from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
 from backends.graph.store import (
     DOCUMENT,
@@ -196,7 +195,7 @@ class GraphAdapter(Adapter):
     # -- scans --------------------------------------------------------------------------------
 
     async def scan(self, request: ScanRequest) -> ScanResult:
-        return await anyio.to_thread.run_sync(self._scan, request)
+        return await blocking(self._scan, request)
 
     def _scan(self, request: ScanRequest) -> ScanResult:
         contract = _BY_ID.get(request.rsc_id)

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Self
 
-import anyio.to_thread
 import lancedb
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +37,7 @@ from lancedb.index import Bitmap, BTree, IvfFlat
 from lancedb.query import LanceVectorQueryBuilder
 from lancedb.table import Table
 
-from backends.base import Adapter, Progress, custody_hits, load_contracts_beside
+from backends.base import Adapter, Progress, blocking, custody_hits, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from rsc import (
@@ -466,7 +465,7 @@ class LanceAdapter(Adapter):
     # -- scans --------------------------------------------------------------------------------
 
     async def scan(self, request: ScanRequest) -> ScanResult:
-        return await anyio.to_thread.run_sync(self._scan, request)
+        return await blocking(self._scan, request)
 
     def native_plan(self, request: ScanRequest) -> str:
         """LanceDB's own physical plan for a request (shows whether the ANN index is used)."""

@@ -15,11 +15,10 @@ import threading
 from pathlib import Path
 from typing import Any, Self
 
-import anyio.to_thread
 import orjson
 import tantivy
 
-from backends.base import Adapter, Progress, custody_hits, load_contracts_beside
+from backends.base import Adapter, Progress, blocking, custody_hits, load_contracts_beside
 from backends.corpus import METADATA_FIELDS, Corpus
 from rsc import (
     BackendStatistics,
@@ -172,7 +171,7 @@ class TantivyAdapter(Adapter):
         return BackendStatistics(backend=self.backend, rows=self._rows, value_counts=self._value_counts)
 
     async def scan(self, request: ScanRequest) -> ScanResult:
-        return await anyio.to_thread.run_sync(self._scan, request)
+        return await blocking(self._scan, request)
 
     # -- blocking part, on a worker thread -------------------------------------------------
 
