@@ -259,7 +259,8 @@ def _located(message: str, raw: dict[str, object]) -> str:
 
 
 def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
-    """Ids unique, every reference resolves, no cycle, the root reaches every node."""
+    """Ids unique, every reference resolves, no operator names one input twice, no cycle, the
+    root reaches every node."""
     ids: dict[str, str] = {}
     for node in [*plan.obligations, *plan.operators]:
         if node.id in ids:
@@ -268,9 +269,13 @@ def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(sorted(ids))
     for op in plan.operators:
+        seen: set[str] = set()
         for ref in op.inputs_of():
             if ref not in ids:
                 raise DanglingReference(f"operator {op.id!r} names input {ref!r}, which is not a node", where=where)
+            if ref in seen:
+                raise PlanError(_repeated_input(op, ref), where=where)
+            seen.add(ref)
             graph.add_edge(op.id, ref)
     if plan.root not in ids:
         raise DanglingReference(f"root {plan.root!r} is not a node", where=where)
@@ -285,6 +290,16 @@ def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
     unreached = sorted(set(ids) - reached)
     if unreached:
         raise PlanError(f"node {unreached[0]!r} is not reachable from root {plan.root!r}", where=where)
+
+
+def _repeated_input(op: LogicalOperator, ref: str) -> str:
+    # A repeated input weighs twice in a fusion or a count while provenance records it
+    # once; a join or oppose would pair a leg with itself.
+    if isinstance(op, JoinOp):
+        return f"operator {op.id!r} (join) names input {ref!r} as both left and right"
+    if isinstance(op, OpposeOp):
+        return f"operator {op.id!r} (oppose) names input {ref!r} as both support and refutation"
+    return f"operator {op.id!r} ({op.op}) lists input {ref!r} more than once"
 
 
 @lru_cache(maxsize=4096)
