@@ -4,6 +4,7 @@ Fixtures: ``fixtures/plans/cascade_equivalent_stages.json`` (two stages asking t
 thing through different contracts, the dearer one first in the plan) and
 ``fixtures/plans/selectivity_vector.json`` planned under ``fixtures/stats/selective.json``
 and ``fixtures/stats/broad.json`` (1,000,000 rows; the filter keeps 0.1 % or 50 %).
+ImplementOperator gives a fusion to exactly the operators the runtime fuses.
 """
 
 from __future__ import annotations
@@ -267,3 +268,40 @@ def test_stats_fixtures_are_valid_statistics_documents() -> None:
         lancedb = stats.backends["lancedb"]
         assert lancedb.rows == 1_000_000 == sum(lancedb.value_counts["doc_type"].values())
     assert render_json(_compile(_plan(CASCADE), stats=load_statistics(SELECTIVE)))
+
+
+# The runtime fuses these by RRF; cascade and fallback concatenate their stages, and join,
+# refine and freshen keep their input's order.
+_RRF_FUSED = {"union", "intersect", "corroborate", "oppose"}
+_OPERATOR_FIELDS: dict[str, dict[str, Any]] = {
+    "union": {"inputs": ["a", "b"]},
+    "intersect": {"inputs": ["a", "b"]},
+    "corroborate": {"inputs": ["a", "b"]},
+    "oppose": {"support": "a", "refutation": "b"},
+    "cascade": {"inputs": ["a", "b"]},
+    "fallback": {"inputs": ["a", "b"]},
+    "join": {"left": "a", "right": "b", "via": "cites"},
+    "refine": {"input": "a", "order_by": "date_desc"},
+    "freshen": {"input": "a", "as_of": "2024-06-01"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_OPERATOR_FIELDS))
+def test_explain_names_the_fusion_the_runtime_applies(kind: str) -> None:
+    fields = _OPERATOR_FIELDS[kind]
+    leaves = ["a"] if "input" in fields else ["a", "b"]
+    leaf = {"kind": "seek_support", "query": {"text": "raft replication"}, "query_class": "lexical"}
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "top",
+        "obligations": [{"id": node, **leaf} for node in leaves],
+        "operators": [{"id": "top", "op": kind, **fields}],
+    }
+    explain = _compile(plan)
+    assert isinstance(explain.physical, OperatorNode) and explain.physical.op.value == kind
+    fusion = explain.physical.fusion
+    if kind in _RRF_FUSED:
+        assert fusion is not None and (fusion.method, fusion.k, fusion.top_k) == ("rrf", 60, None)
+        assert f"{kind} top [G1] fusion=rrf(k=60)" in render_text(explain)
+    else:
+        assert fusion is None

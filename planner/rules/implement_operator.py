@@ -12,7 +12,10 @@ from rsc import Contract, OperatorKind, ScoreKind, SearchCoverage, weakest
 
 RULE = "ImplementOperator"
 _CONCURRENT = {"union", "intersect", "corroborate", "oppose", "join"}
-_FUSING = {"union", "intersect", "corroborate"}
+# Top-k aggregations are what early stop could cut short; every fusing node, oppose too (its
+# support and refutation legs share one ranking), tells explain how the runtime orders it.
+_AGGREGATIONS = {"union", "intersect", "corroborate"}
+_FUSING = _AGGREGATIONS | {"oppose"}
 
 
 def implement_operator(group: GroupContext) -> tuple[Alternative, ...]:
@@ -106,7 +109,7 @@ def early_stop_verdict(
 ) -> EarlyStopVerdict:
     """Fagin's threshold algorithm needs a top-k, a monotone aggregation of calibrated scores and
     exact sorted and random access on every input (I9); everything else is evaluated in full."""
-    if op.op not in _FUSING:
+    if op.op not in _AGGREGATIONS:
         return verdict_of(admissible=False, reason=f"{op.op} is not a top-k aggregation; full evaluation")
     if op.op == "corroborate":
         return verdict_of(admissible=False, reason="corroborate counts every origin; full evaluation")
