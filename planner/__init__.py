@@ -31,6 +31,7 @@ from planner.matching import FilterLoss, Match, check_filter_fields, match, pinn
 from planner.memo import Alternative, Group, Revision
 from planner.optimizer import EXPLAIN_SCHEMA_VERSION, Explain, compile_plan, plan_fingerprint
 from planner.physical import (
+    RRF,
     EarlyStopVerdict,
     FusionSpec,
     HybridNode,
@@ -45,6 +46,7 @@ from planner.physical import (
 __all__ = [
     "EXPLAIN_SCHEMA_VERSION",
     "PLAN_SCHEMA_VERSION",
+    "RRF",
     "Alternative",
     "Budget",
     "CascadeOp",

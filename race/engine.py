@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,8 +16,10 @@ import anyio
 from backends import LOCAL_ADAPTERS, Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
 from race.cache import PlanCache, ResultCache
+from race.context import gather
 from race.executor import Executor, Lineage
 from race.indexing import build_index, read_manifest
+from race.legs import UNKNOWN_GENERATION
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
 from rsc import Contract, Gap, GapKind, ObligationStatus, fingerprint, weakest
@@ -88,6 +91,7 @@ class Engine:
                 key=lambda c: (c.rsc_id, c.version),
             )
         )
+        self._contract_refs = {f"{c.rsc_id}@{c.version}": c for c in self._contracts}
         self._statistics_override = statistics
         self._statistics_fp: str | None = None
         self.plan_cache: PlanCache[Explain] = PlanCache()
@@ -135,10 +139,24 @@ class Engine:
     def generations(self) -> dict[str, str]:
         return {name: adapter.generation() for name, adapter in self.adapters.items()}
 
-    async def current_generations(self) -> dict[str, str]:
-        """Every backend's generation, read fresh for each plan and run (I6)."""
-        # Local reads are a stat() each; at most one remote backend answers over the network.
-        return {name: await adapter.current_generation() for name, adapter in self.adapters.items()}
+    async def current_generations(self, *, deadline: float | None = None) -> dict[str, str]:
+        """Every backend's generation, read fresh for each plan and run (I6), all at once and
+        within ``deadline`` (a ``time.monotonic`` instant). A generation that cannot be read in
+        time, or whose read fails, is ``unknown``: never a cache hit, and the legs say so."""
+        names = list(self.adapters)
+        limit = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+        async def read(name: str) -> str:
+            generation = UNKNOWN_GENERATION
+            with anyio.move_on_after(limit):
+                try:
+                    generation = await self.adapters[name].current_generation()
+                except Exception:
+                    generation = UNKNOWN_GENERATION
+            return generation
+
+        values = await gather([partial(read, name) for name in names])
+        return dict(zip(names, values, strict=True))
 
     def statistics(self) -> Statistics:
         if self._statistics_override is None:
@@ -198,7 +216,8 @@ class Engine:
 
     async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         logical = self.parse(plan, where=where)
-        generations = await self.current_generations()
+        deadline = time.monotonic() + logical.budget.deadline_ms / 1000.0
+        generations = await self.current_generations(deadline=deadline)
         return self._plan(logical, generations, where)[0]
 
     # -- running ---------------------------------------------------------------------------
@@ -208,12 +227,15 @@ class Engine:
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt."""
         started = time.monotonic()
         logical = self.parse(plan, where=where)
-        generations = await self.current_generations()
+        # The plan deadline covers every read the run needs, generations included (I17).
+        deadline = started + logical.budget.deadline_ms / 1000.0
+        generations = await self.current_generations(deadline=deadline)
         explain, plan_hit = self._plan(logical, generations, where)
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
-        if retain is None:
+        known = UNKNOWN_GENERATION not in generations.values()
+        if retain is None and known:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
                 operational = Operational(
@@ -233,6 +255,8 @@ class Engine:
             cache=self.result_cache if retain is None else None,
             lineage=recorder.relations,
             early_stop=self.early_stop,
+            contracts=self._contract_refs,
+            deadline=deadline,
         )
         root = await executor.run()
         receipt = self._receipt(logical, explain, executor, root)
@@ -245,7 +269,7 @@ class Engine:
             models=self.models(),
             early_stop=self.early_stop,
         )
-        if retain is None and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
+        if retain is None and known and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
             self.receipt_cache.put(receipt_key, receipt)
         operational = Operational(
             wall_ms=round((time.monotonic() - started) * 1000.0, 3),
@@ -277,6 +301,7 @@ class Engine:
             cache=None,
             lineage=session.relations(),
             early_stop=session.early_stop,
+            contracts=self._contract_refs,
         )
         root = await executor.run()
         replayed = session.finish(self._receipt(session.plan, session.explain, executor, root, models=session.models))

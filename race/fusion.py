@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
-from rsc import ScoreKind, similarity, similarity_floor
+from planner import RRF, FusionSpec
+from race.outcome import Item, Outcome
+from race.receipt import Fusion
+from rsc import ScoreKind, SearchCoverage, SupportClosure, similarity, similarity_floor, weakest, weakest_closure
 
 RRF_K = 60
 _DIGITS = 12
@@ -26,16 +30,67 @@ def _level(score: float) -> float:
 
 def rrf(
     rankings: Sequence[tuple[str, Sequence[str]]], k: int = RRF_K
-) -> tuple[list[str], dict[str, float], dict[str, dict[str, int]]]:
-    """Fuse ``(label, keys in rank order)`` lists; return the order, scores and per-label ranks."""
-    scores: dict[str, float] = {}
+) -> tuple[list[str], dict[str, Fraction], dict[str, dict[str, int]]]:
+    """Fuse ``(label, keys in rank order)`` lists; return the order, scores and per-label ranks.
+
+    Scores are exact rationals, sum of ``1 / (k + rank)``: two keys with the same multiset of
+    ranks have equal scores by construction, in any leg order, and the key breaks the tie.
+    """
+    scores: dict[str, Fraction] = {}
     ranks: dict[str, dict[str, int]] = {}
     for label, keys in rankings:
         for rank, key in enumerate(keys, start=1):
-            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+            scores[key] = scores.get(key, _ZERO) + Fraction(1, k + rank)
             ranks.setdefault(key, {})[label] = rank
-    order = sorted(scores, key=lambda key: (-_level(scores[key]), key))
+    order = sorted(scores, key=lambda key: (-scores[key], key))
     return order, scores, ranks
+
+
+_ZERO = Fraction(0)
+
+
+def fuse(node: str, parts: Sequence[Outcome], spec: FusionSpec = RRF, *, top_k: int | None = None) -> Outcome:
+    """The items of ``parts`` in one ranking, each keeping every fusion level it went through.
+
+    One input with hits keeps its own order; several fuse by RRF over their rankings (I11).
+    Coverage and closure are the weakest of the inputs'; gaps are all of theirs."""
+    items: dict[str, Item] = {}
+    inner: dict[str, list[Fusion]] = {}
+    for part in parts:
+        for item in part.items:
+            items[item.key] = items[item.key].merged(item) if item.key in items else item
+            # A single input's rank is already in this fusion's ranks; deeper fusions are kept.
+            if item.fusion is not None and item.fusion.method != "single":
+                inner.setdefault(item.key, []).append(item.fusion)
+    live = [(part.node, part.ranking) for part in parts if part.items]
+    if len(live) <= 1:
+        ranking = list(live[0][1]) if live else []
+        fused = [items[key] for key in ranking]
+    else:
+        ranking, scores, ranks = rrf(live, spec.k)
+        fused = [
+            items[key].replace(
+                fusion=Fusion(
+                    method="rrf",
+                    node=node,
+                    k=spec.k,
+                    ranks=ranks[key],
+                    score=round(float(scores[key]), _DIGITS),
+                    inputs=tuple(inner.get(key, ())),
+                )
+            )
+            for key in ranking
+        ]
+    if top_k is not None:
+        fused = fused[:top_k]
+    return Outcome(
+        node,
+        tuple(fused),
+        weakest(*(p.coverage for p in parts)) if parts else SearchCoverage.UNKNOWN,
+        weakest_closure(*(p.closure for p in parts)) if parts else SupportClosure.PARTIAL,
+        tuple(g for p in parts for g in p.gaps),
+        failed=all(p.failed for p in parts),
+    )
 
 
 @dataclass

@@ -76,6 +76,8 @@ class Fusion(Record):
     """How an item's position was chosen: selection provenance, never warrant (I11)."""
 
     method: Literal["rrf", "score_sum", "single"]
+    node: str = ""
+    """The physical node that chose this position (an obligation, a hybrid leaf or an operator)."""
     k: int | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
     similarities: dict[str, CanonicalFloat] = Field(default_factory=dict)
@@ -83,6 +85,8 @@ class Fusion(Record):
     hold it); ranks name the inputs whose sorted access reached it."""
     score: CanonicalFloat | None = None
     tie_break: Literal["key"] = "key"
+    inputs: tuple[Fusion, ...] = ()
+    """The fusions the inputs had made of this item, in input order: every level is kept."""
 
 
 class EvidenceItem(Record):

@@ -130,7 +130,10 @@ class ReplayingAdapter(Delegate):
                 raise ReplayError(f"artifact {digest} holds no decodable response ({exc})", where=where) from exc
         if outcome == "error":
             error = art["error"]
-            raise _ERRORS.get(str(error["class"]), RaceError)(str(error["message"]))
+            failure = _ERRORS.get(str(error["class"]), RaceError)(str(error["message"]))
+            # The gap names the live exception's type, so the replayed one must carry it.
+            failure.original_type = str(error["class"])  # type: ignore[attr-defined]
+            raise failure
         if outcome == "deadline":
             raise ReplayedDeadline(plan_bound=art.get("verdict") == "cancelled")
         if outcome == "not_started":

@@ -40,10 +40,11 @@ import anyio.to_thread
 from backends import Adapter
 from backends.remote import Exchange, RemoteAdapter
 from planner import Explain, LogicalPlan, scans
-from race.executor import LegRecord, Lineage
+from race.executor import Lineage
+from race.legs import LegRecord
 from race.receipt import Lineage as ReceiptLineage
 from race.receipt import Receipt
-from rsc import BackendStatistics, Contract, InputError, RaceError, ScanRequest, ScanResult, canonical_json, fingerprint
+from rsc import BackendStatistics, Contract, InputError, ScanRequest, ScanResult, canonical_json, fingerprint
 
 ARTIFACT_SCHEMA_VERSION = "race.artifact/1"
 ARTIFACTS = "artifacts"
@@ -189,7 +190,8 @@ class RecordingAdapter(Delegate):
                 exchange = await self.live.fetch(request)
             else:
                 result = await self.live.scan(request)
-        except RaceError as exc:
+        except Exception as exc:
+            # Whatever the adapter raised becomes a gap; replay raises it again by name.
             error = {"class": type(exc).__name__, "message": str(exc)}
             self.recorder.add(LegResponse(request, transport, retrieved_at, "error", error=error))
             raise

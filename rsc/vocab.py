@@ -185,6 +185,11 @@ class GapKind(StrEnum):
     EARLY_STOP = "early_stop"
     NOT_NEEDED = "not_needed"
     MISSING_EVIDENCE = "missing_evidence"
+    SNAPSHOT_MOVED = "snapshot_moved"
+    SHARD_UNAVAILABLE = "shard_unavailable"
+    TRUNCATED_TEXT = "truncated_text"
+    UNKNOWN_AGE = "unknown_age"
+    UNCHECKED_SUPERSESSION = "unchecked_supersession"
 
 
 class GapSeverity(StrEnum):

@@ -155,15 +155,34 @@ async def test_a_run_without_retention_cannot_be_replayed(index_dir: Path, tmp_p
         await Engine({}).replay(live, tmp_path)
 
 
-async def test_a_failed_run_leaves_no_artifact(index_dir: Path, tmp_path: Path) -> None:
+async def test_an_adapter_bug_is_a_retained_gap_that_replays(index_dir: Path, tmp_path: Path) -> None:
+    """Any exception an adapter raises is a gap on its obligation, recorded by type and message,
+    and replay reproduces the receipt byte for byte from the retained error."""
     from tests.conftest import WrappedAdapter
 
     base = Engine.open(index_dir)
-    broken = WrappedAdapter(base.adapters["tantivy"], failures={"tls-defeater": RuntimeError("bug")})
+    broken = WrappedAdapter(base.adapters["tantivy"], failures={"tls-defeater": KeyError("bug")})
     engine = Engine({**base.adapters, "tantivy": broken})
     retained = tmp_path / "retained"
-    with pytest.raises((RuntimeError, ExceptionGroup)):
-        await engine.run(FIXTURES / "plans" / "showcase.json", retain=retained)
+    live = await engine.run(FIXTURES / "plans" / "showcase.json", retain=retained)
+    failed = [g for g in live.gaps if g.obligation == "tls-defeater" and g.kind is GapKind.BACKEND_ERROR]
+    assert len(failed) == 1 and "KeyError: 'bug'" in failed[0].detail
+    replayed = await Engine({}).replay(live, retained)
+    assert replayed.normalized_bytes() == live.normalized_bytes()
+
+
+async def test_a_failed_run_leaves_no_artifact(
+    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from race.executor import Executor
+
+    async def crash(self: Executor) -> None:
+        raise RuntimeError("internal error after the legs")
+
+    monkeypatch.setattr(Executor, "run", crash)
+    retained = tmp_path / "retained"
+    with pytest.raises(RuntimeError):
+        await Engine.open(index_dir).run(FIXTURES / "plans" / "showcase.json", retain=retained)
     assert not (retained / ARTIFACTS).exists() or list((retained / ARTIFACTS).iterdir()) == []
 
 

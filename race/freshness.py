@@ -1,0 +1,85 @@
+"""Freshness: which evidence is stale, and what an outcome looks like with it marked (I16).
+
+Evidence is stale when its status says it was superseded or retracted, when it is older
+than a ``max_age_days`` bound, or when the graph has a ``supersedes`` edge into it. Stale
+evidence is kept and marked (or dropped by a ``freshen`` in drop mode) and never counts
+toward a current requirement. Without the graph, supersession by edge cannot be checked,
+and the outcome says so. Nothing here changes its input: marking returns new items.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from race.legs import failure_detail
+from race.outcome import Item, gap
+from rsc import EvidenceStatus, Gap, GapKind
+
+_STALE_STATUSES = frozenset({"superseded", "retracted"})
+
+
+class Lineage(Protocol):
+    """What the graph backend offers the runtime: source dependence and relations."""
+
+    def origins(self, node_ids: Sequence[str]) -> dict[str, str]: ...
+
+    def related(self, ids: Sequence[str], relation: str, direction: str) -> dict[str, tuple[str, ...]]: ...
+
+
+def age_limit(as_of: str, max_age_days: int | None) -> str | None:
+    if max_age_days is None:
+        return None
+    try:
+        return (dt.date.fromisoformat(as_of) - dt.timedelta(days=max_age_days)).isoformat()
+    except OverflowError:
+        return dt.date.min.isoformat()
+
+
+def stale_reasons(
+    items: Sequence[Item], *, as_of: str, max_age_days: int | None, lineage: Lineage | None, node: str
+) -> tuple[dict[str, str], tuple[Gap, ...]]:
+    """Why each stale item (by key) is stale, and the gaps of checks that could not be made."""
+    limit = age_limit(as_of, max_age_days)
+    superseded, gaps = _superseded(items, lineage, node)
+    reasons: dict[str, str] = {}
+    for item in items:
+        meta = item.hits[0].metadata if item.hits else {}
+        status = str(meta.get("status", ""))
+        why: str | None = None
+        if status in _STALE_STATUSES:
+            why = f"{item.doc_id} is {status}"
+        elif limit is not None and "date" in meta and str(meta["date"]) < limit:
+            why = f"{item.doc_id} dated {meta['date']} is older than {limit}"
+        elif item.doc_id in superseded:
+            why = f"{item.doc_id} is superseded by {', '.join(superseded[item.doc_id])}"
+        if why is not None:
+            reasons[item.key] = why
+    return reasons, gaps
+
+
+def _superseded(
+    items: Sequence[Item], lineage: Lineage | None, node: str
+) -> tuple[Mapping[str, tuple[str, ...]], tuple[Gap, ...]]:
+    if not items:
+        return {}, ()
+    if lineage is None:
+        detail = "the graph backend is not open: supersession by edge could not be checked"
+        return {}, (gap(GapKind.UNCHECKED_SUPERSESSION, node, detail, caveat=True),)
+    docs = sorted({i.doc_id for i in items})
+    try:
+        related = lineage.related(docs, "supersedes", "in")
+    except Exception as exc:
+        detail = f"supersession edges could not be read ({failure_detail(exc)})"
+        return {}, (gap(GapKind.UNCHECKED_SUPERSESSION, node, detail, "graph"),)
+    return {d: tuple(by) for d, by in related.items() if by}, ()
+
+
+def marked(items: Sequence[Item], reasons: Mapping[str, str]) -> tuple[Item, ...]:
+    """``items`` with the stale ones marked, in the same order."""
+    return tuple(i.with_status(EvidenceStatus.STALE_EVIDENCE) if i.key in reasons else i for i in items)
+
+
+def current_first(items: Sequence[Item]) -> tuple[Item, ...]:
+    return tuple(i for i in items if not i.stale) + tuple(i for i in items if i.stale)

@@ -1,0 +1,209 @@
+"""Leaves of the physical plan: one obligation answered by a scan, a hybrid or nothing.
+
+A leaf's outcome is its backend answers after residual filters, fused (a hybrid, RRF, cut to
+the obligation's ``k``), reordered by soft filters, checked for freshness and marked with the
+status its kind gives. Its receipt says how it was served and what it lacks (I3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from planner import HybridNode, Obligation, ScanNode, UnsatisfiableNode
+from race.context import RunContext
+from race.freshness import current_first, marked, stale_reasons
+from race.fusion import fuse
+from race.legs import Answer
+from race.outcome import Item, Outcome, failed_outcome, gap, shortfall, sorted_gaps
+from race.receipt import Fusion, ObligationReceipt
+from rsc import (
+    REFUTING_KINDS,
+    EvidenceStatus,
+    Gap,
+    GapKind,
+    GapSeverity,
+    ObligationKind,
+    ObligationStatus,
+    ScanResult,
+    SearchCoverage,
+    SupportClosure,
+    weakest,
+    weakest_closure,
+)
+
+LeafNode = ScanNode | HybridNode | UnsatisfiableNode
+
+
+async def answer(node: LeafNode, ctx: RunContext) -> tuple[Outcome, ObligationReceipt]:
+    ob = ctx.obligation(node.node)
+    if isinstance(node, UnsatisfiableNode):
+        outcome = Outcome(ob.id, (), SearchCoverage.UNKNOWN, SupportClosure.PARTIAL, tuple(node.gaps), failed=True)
+        return outcome, receipt(ob, outcome, served_by=(), model_calls=0)
+    legs: Sequence[ScanNode] = (node,) if isinstance(node, ScanNode) else node.legs
+    answers = await ctx.fetch_all([(leg, ob.id, f"{ob.id}/{leg.rsc}") for leg in legs])
+    outcome = leg_outcome(node, ob, answers[0]) if isinstance(node, ScanNode) else hybrid(node, ob, answers)
+    outcome = freshness(ob, soft_reorder(ob, outcome), ctx)
+    outcome = outcome.replace(items=tuple(with_kind_status(ob, i) for i in outcome.items))
+    served = tuple(leg.rsc for leg in legs)
+    # The model calls of the legs that answered: what the receipt counts cannot depend on timing.
+    calls = sum(leg.model_calls for leg, found in zip(legs, answers, strict=True) if found.result is not None)
+    return outcome, receipt(ob, outcome, served_by=served, model_calls=calls)
+
+
+def hybrid(node: HybridNode, ob: Obligation, answers: Sequence[Answer]) -> Outcome:
+    """Every leg's answer fused by RRF in leg order, the obligation's ``k`` bounding the result."""
+    outcomes = [
+        leg_outcome(leg, ob, found).replace(node=f"{ob.id}/{leg.rsc}")
+        for leg, found in zip(node.legs, answers, strict=True)
+    ]
+    fused = fuse(ob.id, outcomes, node.fusion, top_k=ob.k)
+    failed = [o for o in outcomes if o.failed]
+    if failed and len(failed) < len(outcomes):
+        fused = fused.replace(coverage=weakest(fused.coverage, SearchCoverage.PARTIAL_BACKEND))
+    return fused.replace(failed=len(failed) == len(outcomes))
+
+
+def leg_outcome(node: ScanNode, ob: Obligation, found: Answer) -> Outcome:
+    """One backend answer as an outcome: residual filters applied, coverage from its gaps."""
+    if found.result is None:
+        return failed_outcome(ob.id, found.gaps)
+    return result_outcome(node, ob, found.result, found.gaps)
+
+
+def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps: Sequence[Gap]) -> Outcome:
+    request = node.request
+    hits = [h for h in result.hits if all(f.matches(h.metadata) for f in request.residual)]
+    gaps = [*leg_gaps, *result.gaps]
+    if request.residual and len(hits) < ob.k and len(result.hits) >= ob.k:
+        gaps.append(
+            gap(
+                GapKind.POSTFILTER_ONLY_FILTER,
+                ob.id,
+                f"{len(hits)} of {len(result.hits)} top candidates survived the postfilter "
+                f"({', '.join(f.describe() for f in request.residual)}); fewer than k={ob.k}",
+                request.backend,
+            )
+        )
+    coverage, closure = node.reach, SupportClosure.CLOSED
+    for g in gaps:
+        if g.kind is GapKind.RESOURCE_LIMITED:
+            coverage, closure = weakest(coverage, SearchCoverage.PARTIAL_BACKEND), SupportClosure.RESOURCE_LIMITED
+        elif g.kind is GapKind.UNINDEXED_ROWS_SKIPPED:
+            coverage = weakest(coverage, SearchCoverage.PARTIAL_BACKEND)
+            closure = weakest_closure(closure, SupportClosure.PARTIAL)
+        elif g.kind is GapKind.POSTFILTER_ONLY_FILTER:
+            coverage = weakest(coverage, SearchCoverage.HEURISTIC)
+            if g.severity is GapSeverity.SHORTFALL:
+                closure = weakest_closure(closure, SupportClosure.PARTIAL)
+        elif g.kind is GapKind.BACKEND_ERROR:
+            # Malformed hits were dropped: the answer is short by what they would have said.
+            coverage = weakest(coverage, SearchCoverage.PARTIAL_BACKEND)
+            closure = weakest_closure(closure, SupportClosure.PARTIAL)
+        elif g.severity is GapSeverity.SHORTFALL:
+            closure = weakest_closure(closure, SupportClosure.PARTIAL)
+    derived = frozenset({EvidenceStatus.DERIVED_RELATION}) if request.mode.startswith("graph") else frozenset()
+    label = f"{ob.id}/{node.rsc}"
+    items: dict[str, Item] = {}
+    for hit in hits:
+        if hit.key not in items:
+            fusion = Fusion(method="single", node=ob.id, ranks={label: hit.custody.rank})
+            items[hit.key] = Item(hit.key, (hit,), frozenset({ob.id}), derived, fusion=fusion)
+    return Outcome(ob.id, tuple(items.values()), coverage, closure, tuple(gaps))
+
+
+def soft_reorder(ob: Obligation, outcome: Outcome) -> Outcome:
+    """Soft filters only reorder: more matched filters first, the input's order otherwise."""
+    if not ob.soft_filters:
+        return outcome
+
+    def matched(item: Item) -> int:
+        return sum(1 for f in ob.soft_filters if f.matches(item.hits[0].metadata)) if item.hits else 0
+
+    order = sorted(enumerate(outcome.items), key=lambda p: (-matched(p[1]), p[0]))
+    return outcome.replace(items=tuple(item for _, item in order))
+
+
+def freshness(ob: Obligation, outcome: Outcome, ctx: RunContext) -> Outcome:
+    """Stale evidence is kept and marked, and never counts toward a current requirement (I16)."""
+    if ob.freshness is None:
+        return outcome
+    reasons, checks = stale_reasons(
+        outcome.items,
+        as_of=ob.freshness.as_of,
+        max_age_days=ob.freshness.max_age_days,
+        lineage=ctx.lineage,
+        node=ob.id,
+    )
+    gaps = (*outcome.gaps, *checks)
+    if not reasons:
+        return outcome.replace(gaps=gaps)
+    items = current_first(marked(outcome.items, reasons))
+    detail = "; ".join(sorted(set(reasons.values())))
+    stale = gap(
+        GapKind.STALE_EVIDENCE,
+        ob.id,
+        f"stale evidence cannot satisfy the freshness requirement (as of {ob.freshness.as_of}): {detail}",
+        caveat=any(not i.stale for i in items),
+    )
+    return outcome.replace(
+        items=items, gaps=(*gaps, stale), closure=weakest_closure(outcome.closure, SupportClosure.STALE)
+    )
+
+
+def with_kind_status(ob: Obligation, item: Item) -> Item:
+    """The status an obligation's kind gives what it found; stale and derived items keep theirs."""
+    if item.stale or EvidenceStatus.DERIVED_RELATION in item.statuses:
+        return item
+    if ob.kind in REFUTING_KINDS:
+        return item.with_status(EvidenceStatus.CONFLICTING_EVIDENCE)
+    if ob.kind is ObligationKind.SEEK_SUPPORT:
+        return item.with_status(EvidenceStatus.CANDIDATE_FACT)
+    return item
+
+
+def receipt(ob: Obligation, outcome: Outcome, *, served_by: tuple[str, ...], model_calls: int) -> ObligationReceipt:
+    gaps = list(outcome.gaps)
+    if not outcome.failed and not outcome.current:
+        gaps.append(
+            gap(
+                GapKind.MISSING_EVIDENCE,
+                ob.id,
+                f"no {'current ' if ob.freshness else ''}evidence within a {outcome.coverage.value} search; "
+                "omitted is not false",
+                caveat=outcome.coverage
+                in (SearchCoverage.EXHAUSTIVE_FOR_DECLARED_FRAGMENT, SearchCoverage.BOUNDED_STRUCTURAL),
+            )
+        )
+    if outcome.failed and not outcome.items:
+        status = ObligationStatus.UNSATISFIED
+    elif outcome.coverage.rank < ob.required_coverage.rank or shortfall(gaps):
+        status = ObligationStatus.PARTIAL
+    else:
+        status = ObligationStatus.SATISFIED
+    return ObligationReceipt(
+        id=ob.id,
+        kind=ob.kind,
+        status=status,
+        required_coverage=ob.required_coverage,
+        search_coverage=outcome.coverage,
+        support_closure=outcome.closure,
+        model_calls=model_calls,
+        mandatory=ob.mandatory,
+        served_by=served_by,
+        evidence_count=len(outcome.items),
+        gaps=sorted_gaps(gaps),
+    )
+
+
+def not_attempted(ob: Obligation, reasons: Sequence[str]) -> ObligationReceipt:
+    return ObligationReceipt(
+        id=ob.id,
+        kind=ob.kind,
+        status=ObligationStatus.NOT_ATTEMPTED,
+        required_coverage=ob.required_coverage,
+        search_coverage=SearchCoverage.UNKNOWN,
+        support_closure=SupportClosure.PARTIAL,
+        model_calls=0,
+        mandatory=ob.mandatory,
+        gaps=sorted_gaps(gap(GapKind.NOT_NEEDED, ob.id, why, caveat=True) for why in reasons),
+    )
