@@ -1,6 +1,7 @@
 """The RACE runtime: executor, normalization, fusion, receipts, caches, replay, API and CLI."""
 
-from race.engine import Engine, bundled_index_dir, ensure_bundled_index, known_contracts, load_statistics
+from race.bundled import bundled_index_dir, ensure_bundled_index
+from race.engine import Engine, known_contracts, load_statistics
 from race.fusion import RRF_K, rrf
 from race.indexing import build_index, read_manifest
 from race.receipt import (

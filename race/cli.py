@@ -9,13 +9,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rsc import InputError, RaceError, ReplayError, canonical_pretty
+from rsc import InputError, RaceError, ReplayError, canonical_pretty, most_specific
 
 EXIT_BAD_INPUT = 2
 
 
 def _engine(args: argparse.Namespace) -> object:
-    from race.engine import Engine, ensure_bundled_index, load_statistics
+    from race.bundled import ensure_bundled_index
+    from race.engine import Engine, load_statistics
 
     stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
     index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
@@ -160,7 +161,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from planner import render_text
-    from race.engine import SHOWCASE_PLAN, Engine, ensure_bundled_index
+    from race.bundled import SHOWCASE_PLAN, ensure_bundled_index
+    from race.engine import Engine
     from race.render import receipt_text
 
     cache = Path(args.cache_dir) if args.cache_dir else None
@@ -179,6 +181,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="race", description="Physical-plan query engine for multi-backend retrieval.")
+    parser.add_argument("--debug", action="store_true", help="on an internal error, print the traceback")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
@@ -251,15 +254,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        try:
+            return int(args.func(args))
+        except BaseExceptionGroup as group:
+            raise most_specific(group) from None
     except (InputError, ReplayError) as exc:
-        print(f"race: error: {exc}", file=sys.stderr)
+        print(f"race: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except RaceError as exc:
-        print(f"race: error: {exc}", file=sys.stderr)
+        print(f"race: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"race: internal error: {type(exc).__name__}: {_one_line(exc)} (--debug shows where)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

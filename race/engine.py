@@ -3,70 +3,48 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
-from collections.abc import Mapping, Sequence
-from functools import partial
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial, wraps
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio
 
 from backends import LOCAL_ADAPTERS, Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
 from race.context import gather
 from race.executor import Executor, Lineage
-from race.indexing import build_index, read_manifest
+from race.indexing import read_manifest
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
-from rsc import Contract, Gap, GapKind, ObligationStatus, fingerprint, weakest
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-BUNDLED_CORPUS = FIXTURES / "corpus"
-SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
+from rsc import Contract, Gap, GapKind, ObligationStatus, fingerprint, most_specific, weakest
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
 
 
-def default_cache_dir() -> Path:
-    if "RACE_CACHE_DIR" in os.environ:
-        return Path(os.environ["RACE_CACHE_DIR"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "race"
-
-
-def bundled_index_dir(cache_dir: Path | None = None) -> Path:
-    return (cache_dir or default_cache_dir()) / "fixture-index"
-
-
-def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -> Path:
-    """The bundled fixture corpus indexed into the cache dir; rebuilt when the corpus changed."""
-    from backends import load_corpus
-
-    target = bundled_index_dir(cache_dir)
-    revision = load_corpus(BUNDLED_CORPUS).revision
-    try:
-        if read_manifest(target).get("corpus_revision") == revision and _complete(target):
-            return target
-    except Exception:
-        pass
-    if not quiet:
-        print(f"indexing the bundled fixture corpus into {target}", file=sys.stderr)
-    build_index(BUNDLED_CORPUS, target)
-    return target
-
-
-def _complete(index_dir: Path) -> bool:
-    manifest = read_manifest(index_dir)
-    built = manifest.get("backends")
-    return isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS)
-
-
 # A receipt with a gap that depends on timing or on a backend's health is never cached.
 _TRANSIENT_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_error(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """A failure inside a task group reaches the caller as the one error it stands for."""
+
+    @wraps(method)
+    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(*args, **kwargs)
+        except BaseExceptionGroup as group:
+            raise most_specific(group) from None
+
+    return call
 
 
 class Engine:
@@ -214,6 +192,7 @@ class Engine:
         self.plan_cache.put(key, explain)
         return explain, False
 
+    @_one_error
     async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         logical = self.parse(plan, where=where)
         deadline = time.monotonic() + logical.budget.deadline_ms / 1000.0
@@ -222,6 +201,7 @@ class Engine:
 
     # -- running ---------------------------------------------------------------------------
 
+    @_one_error
     async def run(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt."""
@@ -284,6 +264,7 @@ class Engine:
         await recorder.commit(receipt)
         return receipt
 
+    @_one_error
     async def replay(self, receipt: Receipt | Path, retained: Path) -> Receipt:
         """Re-execute a retained run's recorded physical plan from its artifacts only (I8): no
         network, no index, no result cache. Fails closed (``ReplayError``) on a missing or

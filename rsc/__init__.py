@@ -43,6 +43,7 @@ from rsc.errors import (
     ReplayError,
     UnknownFilterField,
     VersionRangeError,
+    most_specific,
 )
 from rsc.records import (
     BackendStatistics,
@@ -144,6 +145,7 @@ __all__ = [
     "Version",
     "VersionRange",
     "VersionRangeError",
+    "most_specific",
     "calibratable",
     "canonical_data",
     "canonical_float",

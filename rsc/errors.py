@@ -104,3 +104,20 @@ class BackendTimeout(BackendError):
 
 class BackendUnavailable(BackendError):
     pass
+
+
+def most_specific(exc: BaseException) -> BaseException:
+    """The one error an exception group stands for: its most specific RACE error (the deepest
+    in this tree, the first of equals), or its first leaf when it holds none. Task groups wrap
+    what failed inside them; the CLI and the API report the error itself."""
+    leaves = list(_leaves(exc))
+    ours = [e for e in leaves if isinstance(e, RaceError)]
+    if ours:
+        return max(ours, key=lambda e: len(type(e).__mro__))
+    return leaves[0] if leaves else exc
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 from backends import Adapter
-from race.engine import BUNDLED_CORPUS, Engine
+from race.bundled import BUNDLED_CORPUS
+from race.engine import Engine
 from race.indexing import build_index
 from rsc import BackendUnavailable, Contract, ScanRequest, ScanResult
 

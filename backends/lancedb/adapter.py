@@ -309,6 +309,7 @@ class LanceAdapter(Adapter):
         self._counts: dict[int, tuple[int, int, int]] = {}
         self._vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._vectors_lock = threading.Lock()
+        self._embedding: dict[str, threading.Lock] = {}
 
     # -- contract, build, open --------------------------------------------------------------
 
@@ -496,7 +497,7 @@ class LanceAdapter(Adapter):
         fast_search = _fast(request)
         snap = self.snapshot()
         generation = self._generation(snap)
-        vector = self._query_vector(text)
+        vector, embedded = self._query_vector(text)
         # Random access scores named rows exactly: a flat scan restricted by the identity
         # filter computes each row's distance as the sorted access does.
         mode = MODE_FLAT if _random(request) else request.mode
@@ -555,7 +556,8 @@ class LanceAdapter(Adapter):
         return ScanResult(
             hits=hits,
             gaps=tuple(gaps),
-            model_calls=1,
+            # A kept query vector costs no model call; the receipt counts the obligation's own.
+            model_calls=int(embedded),
             generation=generation,
             total_matches=matching,
             exhausted=matching is not None and len(hits) >= matching and not gaps,
@@ -566,21 +568,30 @@ class LanceAdapter(Adapter):
         with self._vectors_lock:
             self._vectors.clear()
 
-    def _query_vector(self, text: str) -> npt.NDArray[np.float32]:
-        """The query's embedding, computed once per text while it stays among the recent ones.
-        The embedder is deterministic (single-threaded BLAS), so a kept vector is the same bits."""
+    def _query_vector(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
+        """The query's embedding, computed once per text while it stays among the recent ones,
+        and whether it was computed now. The embedder gives the same bits on every thread, so a
+        kept vector is the one a new call would compute."""
         with self._vectors_lock:
             kept = self._vectors.get(text)
             if kept is not None:
                 self._vectors.move_to_end(text)
-                return kept
-        vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
-        vector.setflags(write=False)
-        with self._vectors_lock:
-            self._vectors[text] = vector
-            while len(self._vectors) > _QUERY_VECTORS:
-                self._vectors.popitem(last=False)
-        return vector
+                return kept, False
+            # Concurrent legs with one query text wait for one embedding instead of each making one.
+            pending = self._embedding.setdefault(text, threading.Lock())
+        with pending:
+            with self._vectors_lock:
+                kept = self._vectors.get(text)
+            if kept is not None:
+                return kept, False
+            vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
+            vector.setflags(write=False)
+            with self._vectors_lock:
+                self._vectors[text] = vector
+                self._embedding.pop(text, None)
+                while len(self._vectors) > _QUERY_VECTORS:
+                    self._vectors.popitem(last=False)
+        return vector, True
 
     def _hits(self, request: ScanRequest, rows: list[dict[str, Any]], generation: str) -> tuple[Hit, ...]:
         chunks = []
