@@ -133,11 +133,40 @@ class RefineOp(_Op):
         return (self.input,)
 
 
+class RelevanceFloor(Record):
+    """Which hits of one input are relevant enough for their origin to count: the best
+    ``top_n`` of the input's ranking, and/or those at least as relevant as ``native_score``
+    in the hit's own score kind (a BM25 score at least it, a distance at most it)."""
+
+    input: NodeId
+    top_n: Annotated[int, Field(ge=1)] | None = None
+    native_score: float | None = None
+
+    @model_validator(mode="after")
+    def _some_floor(self) -> RelevanceFloor:
+        if self.top_n is None and self.native_score is None:
+            raise ValueError(f"relevance floor for {self.input!r} needs 'top_n' and/or 'native_score'")
+        return self
+
+
 class CorroborateOp(_Inputs):
-    """Needs ``min_independent`` distinct origin components, not retrievers (I13)."""
+    """Needs ``min_independent`` distinct current origin components, not retrievers (I13).
+
+    Only origins of current (not stale) evidence count; with ``floors``, only origins of
+    hits that clear their input's relevance floor."""
 
     op: Literal["corroborate"]
     min_independent: Annotated[int, Field(ge=1)] = 2
+    floors: tuple[RelevanceFloor, ...] = ()
+
+    @model_validator(mode="after")
+    def _floors_name_inputs(self) -> CorroborateOp:
+        for floor in self.floors:
+            if floor.input not in self.inputs:
+                raise ValueError(f"relevance floor names {floor.input!r}, which is not an input of {self.id!r}")
+        if len({f.input for f in self.floors}) != len(self.floors):
+            raise ValueError(f"corroborate {self.id!r} gives one input two relevance floors")
+        return self
 
 
 class OpposeOp(_Op):

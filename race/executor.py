@@ -158,6 +158,7 @@ def _operator_receipt(node: OperatorNode, outcome: Outcome) -> OperatorReceipt:
         # What an operator established is its own: a refine over a corroborate is not one.
         opposition_coverage=outcome.opposition if node.op is OperatorKind.OPPOSE else None,
         independent_origins=outcome.origins if node.op is OperatorKind.CORROBORATE else None,
+        origin_rule=outcome.note if node.op is OperatorKind.CORROBORATE else None,
         early_stop=outcome.note if node.op is OperatorKind.UNION and outcome.note else node.early_stop.reason,
         gaps=sorted_gaps(g for g in outcome.gaps if g.obligation == node.node),
     )

@@ -1,7 +1,8 @@
 """Freshness: which evidence is stale, and what an outcome looks like with it marked (I16).
 
-Evidence is stale when its status says it was superseded or retracted, when it is older
-than a ``max_age_days`` bound, or when the graph has a ``supersedes`` edge into it. Stale
+Evidence is stale when any of its hits says it was superseded or retracted (in any letter
+case), when it is older than a ``max_age_days`` bound, or when the graph has a ``supersedes``
+edge into it; an undated document under an age bound is kept with an ``unknown_age`` caveat. Stale
 evidence is kept and marked (or dropped by a ``freshen`` in drop mode) and never counts
 toward a current requirement. Without the graph, supersession by edge cannot be checked,
 and the outcome says so. Nothing here changes its input: marking returns new items.
@@ -40,22 +41,36 @@ def age_limit(as_of: str, max_age_days: int | None) -> str | None:
 def stale_reasons(
     items: Sequence[Item], *, as_of: str, max_age_days: int | None, lineage: Lineage | None, node: str
 ) -> tuple[dict[str, str], tuple[Gap, ...]]:
-    """Why each stale item (by key) is stale, and the gaps of checks that could not be made."""
+    """Why each stale item (by key) is stale, and the gaps of checks that could not be made.
+
+    Every hit of an item is read: one that says the document is superseded or retracted
+    (in any letter case), or dates it before the age limit, makes the item stale."""
     limit = age_limit(as_of, max_age_days)
     superseded, gaps = _superseded(items, lineage, node)
     reasons: dict[str, str] = {}
+    undated: set[str] = set()
     for item in items:
-        meta = item.hits[0].metadata if item.hits else {}
-        status = str(meta.get("status", ""))
+        metas = [h.metadata for h in item.hits]
+        statuses = sorted({str(m.get("status", "")).strip().lower() for m in metas} & _STALE_STATUSES)
+        dates = sorted(str(m["date"]) for m in metas if m.get("date") not in (None, ""))
         why: str | None = None
-        if status in _STALE_STATUSES:
-            why = f"{item.doc_id} is {status}"
-        elif limit is not None and "date" in meta and str(meta["date"]) < limit:
-            why = f"{item.doc_id} dated {meta['date']} is older than {limit}"
+        if statuses:
+            why = f"{item.doc_id} is {statuses[0]}"
+        elif limit is not None and dates and dates[0] < limit:
+            why = f"{item.doc_id} dated {dates[0]} is older than {limit}"
         elif item.doc_id in superseded:
             why = f"{item.doc_id} is superseded by {', '.join(superseded[item.doc_id])}"
+        elif limit is not None and not dates:
+            undated.add(item.doc_id)
         if why is not None:
             reasons[item.key] = why
+    if undated:
+        names = sorted(undated)
+        detail = (
+            f"{len(names)} {'document has' if len(names) == 1 else 'documents have'} no date, so their age under "
+            f"max_age_days is unknown: {', '.join(names)}"
+        )
+        gaps = (*gaps, gap(GapKind.UNKNOWN_AGE, node, detail, caveat=True))
     return reasons, gaps
 
 

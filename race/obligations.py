@@ -155,7 +155,8 @@ def with_kind_status(ob: Obligation, item: Item) -> Item:
     if item.stale or EvidenceStatus.DERIVED_RELATION in item.statuses:
         return item
     if ob.kind in REFUTING_KINDS:
-        return item.with_status(EvidenceStatus.CONFLICTING_EVIDENCE)
+        # Retrieved for a refutation is a candidate: score is not warrant of a conflict.
+        return item.with_status(EvidenceStatus.CANDIDATE_REFUTATION)
     if ob.kind is ObligationKind.SEEK_SUPPORT:
         return item.with_status(EvidenceStatus.CANDIDATE_FACT)
     return item

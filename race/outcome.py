@@ -30,6 +30,7 @@ STATUS_PRECEDENCE = (
     EvidenceStatus.STALE_EVIDENCE,
     EvidenceStatus.CONFLICTING_EVIDENCE,
     EvidenceStatus.CORROBORATED_FACT,
+    EvidenceStatus.CANDIDATE_REFUTATION,
     EvidenceStatus.CANDIDATE_FACT,
     EvidenceStatus.DERIVED_RELATION,
     EvidenceStatus.RETRIEVED_OBSERVATION,
@@ -104,8 +105,8 @@ class Outcome:
     """A node's ranked items, its coverage and closure, and every gap below it.
 
     ``origins`` and ``opposition`` are what a corroborate or oppose node established; the
-    runtime copies them into the operator's receipt. ``note`` is an operator's early-stop
-    account."""
+    runtime copies them into the operator's receipt. ``note`` is what an operator says of how it
+    worked: a union's early-stop account, a corroborate's rule for counting origins."""
 
     node: str
     items: tuple[Item, ...]

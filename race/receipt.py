@@ -68,6 +68,8 @@ class OperatorReceipt(Record):
     support_closure: SupportClosure
     opposition_coverage: SearchCoverage | None = None
     independent_origins: tuple[str, ...] | None = None
+    origin_rule: str | None = None
+    """corroborate: which evidence brought the origins it counted (I13, I16)."""
     early_stop: str
     gaps: tuple[Gap, ...] = ()
 

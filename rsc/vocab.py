@@ -164,6 +164,7 @@ class EvidenceStatus(StrEnum):
     RETRIEVED_OBSERVATION = "retrieved_observation"
     DERIVED_RELATION = "derived_relation"
     CANDIDATE_FACT = "candidate_fact"
+    CANDIDATE_REFUTATION = "candidate_refutation"
     CORROBORATED_FACT = "corroborated_fact"
     CONFLICTING_EVIDENCE = "conflicting_evidence"
     STALE_EVIDENCE = "stale_evidence"

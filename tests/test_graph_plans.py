@@ -39,6 +39,7 @@ def test_independent_origins_corroborate(session_engine: Engine) -> None:
     assert len(op.independent_origins or ()) == 2
     assert op.status is ObligationStatus.SATISFIED
     assert not [g for g in receipt.gaps if g.kind is GapKind.WEAK_SOURCE]
+    assert op.origin_rule is not None and "none stated" in op.origin_rule
     assert all(i.status is EvidenceStatus.CORROBORATED_FACT for i in receipt.evidence)
 
 

@@ -43,7 +43,12 @@ def test_oppose_keeps_both_legs_and_reports_opposition_coverage(receipt) -> None
     refuting = [i for i in receipt.evidence if "fsync-refute" in i.obligations]
     supporting = [i for i in receipt.evidence if i.obligations == ("fsync-claim",)]
     assert refuting and supporting
-    assert all(i.status is EvidenceStatus.CONFLICTING_EVIDENCE for i in refuting)
+    # Found by the refutation leg alone: a candidate; found by both legs: an established conflict.
+    for item in refuting:
+        both = "fsync-claim" in item.obligations
+        expected = EvidenceStatus.CONFLICTING_EVIDENCE if both else EvidenceStatus.CANDIDATE_REFUTATION
+        assert item.status is expected or item.status is EvidenceStatus.STALE_EVIDENCE, item.key
+    assert any(i.status is EvidenceStatus.CANDIDATE_REFUTATION for i in refuting)
     assert all(i.status is EvidenceStatus.CANDIDATE_FACT for i in supporting)
     assert receipt.coverage.opposition_coverage is SearchCoverage.EXHAUSTIVE_FOR_DECLARED_FRAGMENT
 
