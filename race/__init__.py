@@ -1,21 +1,68 @@
-"""The RACE runtime: executor, normalization, fusion, receipts, caches, replay, API and CLI."""
+"""The RACE runtime: executor, normalization, fusion, receipts, caches, replay, API and CLI.
 
-from race.bundled import bundled_index_dir, ensure_bundled_index
-from race.engine import Engine, known_contracts, load_statistics
-from race.fusion import RRF_K, rrf
-from race.indexing import build_index, read_manifest
-from race.receipt import (
-    RECEIPT_SCHEMA_VERSION,
-    CoverageSummary,
-    EvidenceItem,
-    Fusion,
-    Lineage,
-    ObligationReceipt,
-    Operational,
-    OperatorReceipt,
-    Receipt,
-    receipt_json_schema,
-)
+The public names load on first use (PEP 562), so that ``race --help`` and other commands
+that need no backend do not import LanceDB, pyarrow or networkx."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from race.version import __version__
+
+if TYPE_CHECKING:
+    from race.bundled import bundled_index_dir, ensure_bundled_index
+    from race.engine import Engine, known_contracts, load_statistics
+    from race.fusion import RRF_K, rrf
+    from race.indexing import build_index, read_manifest
+    from race.receipt import (
+        RECEIPT_SCHEMA_VERSION,
+        CoverageSummary,
+        EvidenceItem,
+        Fusion,
+        Lineage,
+        ObligationReceipt,
+        Operational,
+        OperatorReceipt,
+        Receipt,
+        receipt_json_schema,
+    )
+
+_HOMES = {
+    "RECEIPT_SCHEMA_VERSION": "race.receipt",
+    "RRF_K": "race.fusion",
+    "CoverageSummary": "race.receipt",
+    "Engine": "race.engine",
+    "EvidenceItem": "race.receipt",
+    "Fusion": "race.receipt",
+    "Lineage": "race.receipt",
+    "ObligationReceipt": "race.receipt",
+    "Operational": "race.receipt",
+    "OperatorReceipt": "race.receipt",
+    "Receipt": "race.receipt",
+    "build_index": "race.indexing",
+    "bundled_index_dir": "race.bundled",
+    "ensure_bundled_index": "race.bundled",
+    "known_contracts": "race.engine",
+    "load_statistics": "race.engine",
+    "read_manifest": "race.indexing",
+    "receipt_json_schema": "race.receipt",
+    "rrf": "race.fusion",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'race' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = [
     "RECEIPT_SCHEMA_VERSION",
@@ -29,6 +76,7 @@ __all__ = [
     "Operational",
     "OperatorReceipt",
     "Receipt",
+    "__version__",
     "build_index",
     "bundled_index_dir",
     "ensure_bundled_index",

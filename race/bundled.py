@@ -9,7 +9,15 @@ from pathlib import Path
 from backends import LOCAL_ADAPTERS
 from race.indexing import build_index, read_manifest
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+def _fixtures() -> Path:
+    # An installed wheel carries the fixtures as the data package race/fixtures; a source
+    # checkout (or an editable install) has them in the top-level fixtures/ folder.
+    packaged = Path(__file__).resolve().parent / "fixtures"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / "fixtures"
+
+
+FIXTURES = _fixtures()
 BUNDLED_CORPUS = FIXTURES / "corpus"
 SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
 
@@ -44,4 +52,5 @@ def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -
 def _complete(index_dir: Path) -> bool:
     manifest = read_manifest(index_dir)
     built = manifest.get("backends")
-    return isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS)
+    calibrated = (index_dir / "lancedb" / "calibration.json").exists()
+    return isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS) and calibrated

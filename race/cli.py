@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from race.version import __version__
 from rsc import InputError, RaceError, ReplayError, canonical_pretty, most_specific
 
 EXIT_BAD_INPUT = 2
@@ -182,6 +183,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="race", description="Physical-plan query engine for multi-backend retrieval.")
     parser.add_argument("--debug", action="store_true", help="on an internal error, print the traceback")
+    parser.add_argument("--version", action="version", version=f"race {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
