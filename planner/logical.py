@@ -12,7 +12,6 @@ import weakref
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-import networkx as nx
 from pydantic import Field, ValidationError, model_validator
 
 from rsc import (
@@ -290,6 +289,9 @@ def _located(message: str, raw: dict[str, object]) -> str:
 def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
     """Ids unique, every reference resolves, no operator names one input twice, no cycle, the
     root reaches every node."""
+    # networkx loads on first use: `race schema` and `race rsc` never need it.
+    import networkx as nx
+
     ids: dict[str, str] = {}
     for node in [*plan.obligations, *plan.operators]:
         if node.id in ids:

@@ -128,9 +128,9 @@ def cmd_rsc(args: argparse.Namespace) -> int:
         contract = load_contract(Path(args.file))
         print(f"ok {contract.ref} ({contract.backend}, mode {contract.mode})")
         return 0
-    from race.engine import known_contracts
+    from backends import shipped_contracts
 
-    contracts = known_contracts(remote=True)
+    contracts = shipped_contracts(remote=True)
     if args.rsc_command == "list":
         for c in contracts:
             filters = ", ".join(f"{k}:{v.support.value}" for k, v in sorted(c.filters.items()))

@@ -1,0 +1,67 @@
+"""CLI start-up: wall and CPU time of `race --help`, `race rsc list`, `race schema plan` and
+`race plan` of the showcase (bundled index already built), against `python -c pass`, in one
+run on this machine. Writes benchmarks/results/startup.{json,md}."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RACE = [sys.executable, "-m", "race.cli"]
+SHOWCASE = str(HERE.parent / "fixtures" / "plans" / "showcase.json")
+COMMANDS = {
+    "python -c pass": [sys.executable, "-c", "pass"],
+    "race --help": [*RACE, "--help"],
+    "race rsc list": [*RACE, "rsc", "list"],
+    "race schema plan": [*RACE, "schema", "plan"],
+    "race plan showcase.json": [*RACE, "plan", SHOWCASE],
+}
+REPEATS = 5
+
+
+def _once(argv: list[str]) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main() -> int:
+    subprocess.run([*RACE, "plan", SHOWCASE], stdout=subprocess.DEVNULL, check=True)  # builds the bundled index
+    rows = {}
+    for name, argv in COMMANDS.items():
+        runs = [_once(argv) for _ in range(REPEATS)]
+        rows[name] = {
+            "wall_s_median": round(statistics.median(r[0] for r in runs), 3),
+            "cpu_s_median": round(statistics.median(r[1] for r in runs), 3),
+        }
+    base = rows["python -c pass"]["wall_s_median"]
+    for row in rows.values():
+        row["wall_ratio_to_python"] = round(row["wall_s_median"] / base, 1)
+    out = {"repeats": REPEATS, "cpus": os.cpu_count(), "commands": rows}
+    (HERE / "results" / "startup.json").write_text(json.dumps(out, indent=2) + "\n")
+    lines = [
+        f"| command | wall s (median of {REPEATS}) | CPU s | wall / `python -c pass` |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| `{n}` | {r['wall_s_median']} | {r['cpu_s_median']} | {r['wall_ratio_to_python']} |"
+            for n, r in rows.items()
+        ),
+    ]
+    (HERE / "results" / "startup.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
