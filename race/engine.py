@@ -13,6 +13,7 @@ import anyio
 
 from backends import LOCAL_ADAPTERS, Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
 from race.context import gather
@@ -264,6 +265,13 @@ class Engine:
         await recorder.commit(receipt)
         return receipt
 
+    async def run_many(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
+        """Every plan's receipt (the same normalized bytes as ``run``) or its failure, in the
+        order given, ``concurrency`` plans at once; one plan's failure never stops another."""
+        from race.batch import run_many
+
+        return await run_many(self, plans, concurrency=concurrency)
+
     @_one_error
     async def replay(self, receipt: Receipt | Path, retained: Path) -> Receipt:
         """Re-execute a retained run's recorded physical plan from its artifacts only (I8): no
@@ -340,6 +348,9 @@ class Engine:
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
         return anyio.run(lambda: self.replay(receipt, retained))
+
+    def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
+        return anyio.run(lambda: self.run_many(plans, concurrency=concurrency))
 
 
 def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:

@@ -1,0 +1,366 @@
+"""Batch plans: many logical plans over one engine, with bounded concurrency, one output line
+per plan, resumable.
+
+A plans file is JSONL: each non-blank line is a logical plan, or ``{"id": ..., "plan": {...}}``
+to give the plan a caller's id. The output file is JSONL of records (``race.batch/1``), one
+per plan line, each written with one ``write`` call so that a crash leaves at most a torn last
+line::
+
+    {"schema_version": "race.batch/1", "line": 3, "id": "claim-3", "source": "xxh3_128:…",
+     "receipt": {…the receipt, exactly as `race run --json` gives it…}}
+    {"schema_version": "race.batch/1", "line": 4, "source": "xxh3_128:…",
+     "error": {"kind": "bad_input", "type": "PlanError", "message": "plans.jsonl:4: …"}}
+
+``source`` is the fingerprint of the plan line's bytes. Resuming keeps every receipt whose line
+and source still match the plans file and runs the rest again: plans without a record, plans
+whose record is an error (the fault may have been transient), plans whose line changed, and a
+torn last line. A plan's failure, of any kind, is its error record; it never stops the others.
+Records are written in plans-file order within one invocation.
+
+Plans run through ``run_outcomes`` here, ``concurrency`` at once on one engine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import anyio
+import orjson
+
+from race.receipt import Receipt
+from rsc import InputError, RaceError, ReplayError, canonical_json, fingerprint_bytes, most_specific
+from rsc.records import Record
+
+BATCH_SCHEMA_VERSION = "race.batch/1"
+
+_T = TypeVar("_T")
+_MESSAGE_LIMIT = 2000
+_RECEIPT_SCHEMA = Receipt.model_fields["schema_version"].default
+
+
+class PlanFailure(Record):
+    """Why one plan of a batch has no receipt: ``bad_input`` (the plan or its reference is
+    wrong; `race run` would exit 2), ``error`` (a RACE error, exit 1) or ``internal`` (anything
+    else, including a worker that died)."""
+
+    kind: Literal["bad_input", "error", "internal"]
+    type: str
+    message: str
+
+
+Outcome = Receipt | PlanFailure
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """One plan line's output record and what it holds (``receipt`` or a failure's kind)."""
+
+    line: int
+    record: bytes
+    kind: Literal["receipt", "bad_input", "error", "internal"]
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    """One plan of a batch: its 1-based line, the caller's id if given, the plan's JSON text and
+    the fingerprint of the line as read (what a resumed batch compares)."""
+
+    line: int
+    text: str
+    source: str
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to open the engine a batch runs on; picklable, so a Ray actor opens its own."""
+
+    index: Path
+    statistics: Path | None = None
+    remotes: tuple[str, ...] = ()
+    remote_timeout: float = 5.0
+    early_stop: bool = True
+
+    def open(self) -> Any:
+        from race.engine import Engine, load_statistics
+
+        stats = load_statistics(self.statistics) if self.statistics is not None else None
+        return Engine.open(
+            self.index,
+            statistics=stats,
+            remotes=self.remotes,
+            remote_timeout=self.remote_timeout,
+            early_stop=self.early_stop,
+        )
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_plan_lines(path: Path) -> list[PlanLine]:
+    """The plans of a JSONL plans file. An unreadable file is bad input; a line that does not
+    parse is still a plan line (its record will be its error)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+    return plan_lines(data.split(b"\n"), where=str(path))
+
+
+def plan_lines(lines: Iterable[bytes], *, where: str = "plans") -> list[PlanLine]:
+    out: list[PlanLine] = []
+    for number, raw in enumerate(lines, start=1):
+        body = raw.strip()
+        if not body:
+            continue
+        text = body.decode("utf-8", errors="replace")
+        plan_id: str | None = None
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            value = None
+        if isinstance(value, dict) and "plan" in value and set(value) <= {"id", "plan"}:
+            plan_id = None if value.get("id") is None else str(value["id"])
+            text = orjson.dumps(value["plan"]).decode()
+        out.append(PlanLine(line=number, text=text, source=fingerprint_bytes(body), id=plan_id))
+    return out
+
+
+# -- one plan --------------------------------------------------------------------------------
+
+
+def failure(exc: BaseException) -> PlanFailure:
+    if isinstance(exc, BaseExceptionGroup):
+        exc = most_specific(exc)
+    kind: Literal["bad_input", "error", "internal"] = "internal"
+    if isinstance(exc, InputError | ReplayError):
+        kind = "bad_input"
+    elif isinstance(exc, RaceError):
+        kind = "error"
+    # One line, and a bounded one: a worker's death can come with a whole traceback.
+    message = " ".join(str(exc).split())[:_MESSAGE_LIMIT] or type(exc).__name__
+    return PlanFailure(kind=kind, type=type(exc).__name__, message=message)
+
+
+async def run_one(engine: Any, plan: Any, *, where: str) -> Outcome:
+    """One plan's receipt, or its failure: nothing a plan does escapes as an exception."""
+    try:
+        receipt: Receipt = await engine.run(plan, where=where)
+        return receipt
+    except Exception as exc:
+        return failure(exc)
+
+
+def record_bytes(item: PlanLine, outcome: Outcome) -> bytes:
+    """The output line (with its newline) of one plan."""
+    head: dict[str, Any] = {"schema_version": BATCH_SCHEMA_VERSION, "line": item.line, "source": item.source}
+    if item.id is not None:
+        head["id"] = item.id
+    if isinstance(outcome, Receipt):
+        head["receipt"] = orjson.Fragment(canonical_json(outcome))
+    else:
+        head["error"] = outcome.model_dump(mode="json")
+    return orjson.dumps(head, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+
+
+def line_result(item: PlanLine, outcome: Outcome) -> LineResult:
+    kind = "receipt" if isinstance(outcome, Receipt) else outcome.kind
+    return LineResult(line=item.line, record=record_bytes(item, outcome), kind=kind)
+
+
+async def run_line(engine: Any, item: PlanLine, *, plans: str) -> LineResult:
+    """One plan line's record; ``plans`` names the plans file in error messages."""
+    return line_result(item, await run_one(engine, item.text, where=f"{plans}:{item.line}"))
+
+
+def receipt_of(record: bytes | dict[str, Any]) -> Receipt | None:
+    """The receipt a record holds, or None for an error record."""
+    data = orjson.loads(record) if isinstance(record, bytes) else record
+    body = data.get("receipt")
+    return None if body is None else Receipt.model_validate(body)
+
+
+# -- many plans ------------------------------------------------------------------------------
+
+
+async def run_outcomes(
+    run: Callable[[int], Awaitable[_T]],
+    count: int,
+    *,
+    concurrency: int,
+    emit: Callable[[int, _T], None],
+) -> None:
+    """Run ``run(0) … run(count - 1)``, at most ``concurrency`` at once, and ``emit`` each
+    outcome in index order as soon as every earlier one is emitted. At most a window of
+    ``4 * concurrency`` outcomes waits for a slow predecessor; plan deadlines bound that wait."""
+    if concurrency < 1:
+        raise InputError(f"concurrency must be at least 1, not {concurrency}", where="concurrency")
+    limiter = anyio.CapacityLimiter(concurrency)
+    window = anyio.Semaphore(max(4 * concurrency, 16))
+    waiting: dict[int, _T] = {}
+    next_out = 0
+
+    async def one(index: int) -> None:
+        nonlocal next_out
+        async with limiter:
+            waiting[index] = await run(index)
+        while next_out in waiting:
+            emit(next_out, waiting.pop(next_out))
+            next_out += 1
+            window.release()
+
+    async with anyio.create_task_group() as group:
+        for index in range(count):
+            await window.acquire()
+            group.start_soon(one, index)
+
+
+async def run_many(engine: Any, plans: Sequence[Any], *, concurrency: int = 4, where: str = "plan") -> list[Outcome]:
+    """Every plan's receipt or failure, in the order given (``Engine.run_many``)."""
+    out: list[Outcome | None] = [None] * len(plans)
+
+    async def run(index: int) -> Outcome:
+        return await run_one(engine, plans[index], where=f"{where}[{index}]")
+
+    def emit(index: int, outcome: Outcome) -> None:
+        out[index] = outcome
+
+    await run_outcomes(run, len(plans), concurrency=concurrency, emit=emit)
+    return [o for o in out if o is not None]
+
+
+# -- the output file -------------------------------------------------------------------------
+
+
+class RecordWriter:
+    """Appends records to the output file, each with one ``write`` and an ``fsync``: a record is
+    either on disk whole or, after a crash, a torn last line that resuming detects."""
+
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
+        self.path = path
+        self.sync = sync
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, record: bytes) -> None:
+        view = memoryview(record)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        if self.sync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def resume(out: Path, plans: Sequence[PlanLine]) -> set[int]:
+    """The plan lines whose receipt ``out`` already holds. Every other record — an error, a
+    receipt of a line that changed or no longer exists, a duplicate, a torn or unreadable
+    line — is dropped by rewriting the file atomically (a temporary file, then a rename)."""
+    try:
+        data = out.read_bytes()
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(out)) from exc
+    sources = {p.line: p.source for p in plans}
+    kept: list[bytes] = []
+    done: set[int] = set()
+    lines = data.split(b"\n")
+    # The text after the last newline is a torn record (or nothing).
+    for raw in lines[:-1]:
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(record, dict) or record.get("schema_version") != BATCH_SCHEMA_VERSION:
+            continue
+        line = record.get("line")
+        receipt = record.get("receipt")
+        if not isinstance(line, int) or line in done or sources.get(line) != record.get("source"):
+            continue
+        if isinstance(receipt, dict) and receipt.get("schema_version") == _RECEIPT_SCHEMA:
+            done.add(line)
+            kept.append(raw + b"\n")
+    if b"".join(kept) != data:
+        temporary = out.with_name(f".{out.name}.resume")
+        with RecordWriter(temporary, sync=False) as writer:
+            writer.write(b"".join(kept))
+            os.fsync(writer._fd)
+        os.replace(temporary, out)
+    return done
+
+
+@dataclass
+class BatchSummary:
+    plans: int = 0
+    already: int = 0
+    receipts: int = 0
+    errors: int = 0
+    internal: int = 0
+
+    def describe(self, out: Path) -> str:
+        return (
+            f"race batch: {self.plans} plans: {self.receipts} receipts written, {self.already} already in {out}, "
+            f"{self.errors} error records"
+        )
+
+    def add(self, result: LineResult) -> None:
+        if result.kind == "receipt":
+            self.receipts += 1
+        else:
+            self.errors += 1
+            self.internal += result.kind != "bad_input"
+
+    @property
+    def exit_status(self) -> int:
+        """0: every plan has a receipt; 2: some plans are bad input; 1: some failed otherwise."""
+        return 0 if self.errors == 0 else 1 if self.internal else 2
+
+
+def run_batch_file(
+    plans: Path,
+    out: Path,
+    options: EngineOptions,
+    *,
+    concurrency: int = 4,
+    progress: Callable[[int], Callable[[LineResult], None]] | None = None,
+) -> BatchSummary:
+    """``race batch``: every plan line of ``plans`` not yet answered in ``out``, run on one local
+    engine (``concurrency`` plans at once), each record appended in plans-file order. ``progress(total)``
+    gives the callback told of every record. Bad input of the batch itself (no plans file, no
+    index, a concurrency below 1) raises before anything is written."""
+    if concurrency < 1:
+        raise InputError(f"must be at least 1, not {concurrency}", where="--concurrency")
+    items = read_plan_lines(plans)
+    from race.indexing import read_manifest
+
+    read_manifest(options.index)
+    engine = options.open()
+    done = resume(out, items)
+    todo = [item for item in items if item.line not in done]
+    summary = BatchSummary(plans=len(items), already=len(items) - len(todo))
+    told = progress(len(todo)) if progress is not None else None
+
+    with RecordWriter(out) as writer:
+
+        def emit(result: LineResult) -> None:
+            writer.write(result.record)
+            summary.add(result)
+            if told is not None:
+                told(result)
+
+        async def run(index: int) -> LineResult:
+            return await run_line(engine, todo[index], plans=str(plans))
+
+        anyio.run(lambda: run_outcomes(run, len(todo), concurrency=concurrency, emit=lambda _, r: emit(r)))
+    return summary

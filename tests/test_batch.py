@@ -1,0 +1,171 @@
+"""Batch plans on one local engine: `Engine.run_many` and `race batch`."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from race.batch import PlanFailure, plan_lines, receipt_of, run_outcomes
+from race.cli import main
+from race.engine import Engine
+from race.receipt import Receipt
+from tests.conftest import FIXTURES
+
+PLANS = sorted((FIXTURES / "plans").glob("*.json"))
+BAD_LINES = [
+    b'{"id": "no-obligations", "plan": {"schema_version": "race.plan/1"}}',
+    b"not json at all",
+]
+
+
+def sequential(index_dir: Path, plans: list[Path]) -> list[bytes]:
+    """Each plan run alone, one after another, on a fresh engine: what a batch must equal."""
+    engine = Engine.open(index_dir)
+    return [engine.run_sync(plan).normalized_bytes() for plan in plans]
+
+
+@pytest.fixture(scope="module")
+def one_by_one(index_dir: Path) -> list[bytes]:
+    return sequential(index_dir, PLANS)
+
+
+def write_plans(path: Path, extra: list[bytes] = BAD_LINES) -> list[bytes]:
+    lines = [orjson.dumps(json.loads(plan.read_text())) for plan in PLANS] + extra
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return lines
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_run_many_equals_one_by_one_runs_and_keeps_failures_in_place(index_dir: Path, one_by_one: list[bytes]) -> None:
+    engine = Engine.open(index_dir)
+    plans: list[object] = [*PLANS[:3], "not json", *PLANS[3:]]
+    outcomes = engine.run_many_sync(plans, concurrency=4)  # type: ignore[arg-type]
+    assert len(outcomes) == len(plans)
+    failed = outcomes.pop(3)
+    assert isinstance(failed, PlanFailure) and failed.kind == "bad_input" and "malformed JSON" in failed.message
+    assert all(isinstance(o, Receipt) for o in outcomes)
+    assert [o.normalized_bytes() for o in outcomes if isinstance(o, Receipt)] == one_by_one
+
+
+def test_outcomes_are_emitted_in_order_whatever_order_they_finish() -> None:
+    delays = [random.Random(7).random() / 50 for _ in range(40)]
+    running = 0
+    most = 0
+    emitted: list[int] = []
+
+    async def run(index: int) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await anyio.sleep(delays[index])
+        running -= 1
+        return index * 10
+
+    def emit(index: int, value: int) -> None:
+        assert value == index * 10
+        emitted.append(index)
+
+    anyio.run(lambda: run_outcomes(run, len(delays), concurrency=3, emit=emit))
+    assert emitted == list(range(len(delays)))
+    assert most == 3
+
+
+def test_batch_writes_one_record_per_plan_line_with_receipts_equal_to_one_by_one_runs(
+    index_dir: Path, one_by_one: list[bytes], tmp_path: Path
+) -> None:
+    plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
+    write_plans(plans)
+    # Two plan lines are bad input: they get error records, and the batch exits 2.
+    assert main(["batch", str(plans), "--out", str(out), "--index", str(index_dir), "--concurrency", "3"]) == 2
+    got = records(out)
+    assert [r["line"] for r in got] == list(range(1, len(PLANS) + len(BAD_LINES) + 1))
+    assert all(r["schema_version"] == "race.batch/1" for r in got)
+    receipts = [receipt_of(r) for r in got[: len(PLANS)]]
+    assert [r.normalized_bytes() for r in receipts if r is not None] == one_by_one
+    no_obligations, not_json = got[len(PLANS) :]
+    assert no_obligations["id"] == "no-obligations" and "id" not in not_json
+    for record in (no_obligations, not_json):
+        error = record["error"]
+        assert isinstance(error, dict) and error["kind"] == "bad_input" and error["type"] == "PlanError"
+        assert str(error["message"]).startswith(f"{plans}:{record['line']}: ")
+        assert "\n" not in str(error["message"])
+
+
+def test_batch_resumes_keeping_receipts_and_redoing_errors_torn_and_changed_lines(
+    index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
+    first = PLANS[:4]
+    lines = [orjson.dumps(json.loads(p.read_text())) for p in first]
+    plans.write_bytes(b"\n".join([*lines, b"not json"]) + b"\n")
+    args = ["batch", str(plans), "--out", str(out), "--index", str(index_dir)]
+    assert main(args) == 2
+    written = out.read_bytes().splitlines(keepends=True)
+    assert len(written) == 5
+    # A crash mid-write leaves a torn last line; line 3 of the plans changes; line 5 is fixed.
+    out.write_bytes(b"".join(written[:3]) + written[3][: len(written[3]) // 2])
+    lines[2] = orjson.dumps(json.loads(PLANS[5].read_text()))
+    plans.write_bytes(b"\n".join([*lines, orjson.dumps(json.loads(PLANS[6].read_text()))]) + b"\n")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "2 already in" in capsys.readouterr().err
+    again = out.read_bytes().splitlines(keepends=True)
+    # Lines 1 and 2 kept byte for byte (operational timings included: they were not re-run).
+    assert again[:2] == written[:2]
+    assert [json.loads(r)["line"] for r in again] == [1, 2, 3, 4, 5]
+    expected = sequential(index_dir, [first[0], first[1], PLANS[5], first[3], PLANS[6]])
+    got = [receipt_of(orjson.loads(r)) for r in again]
+    assert [r.normalized_bytes() for r in got if r is not None] == expected
+    # Everything answered: a third run writes nothing.
+    assert main(args) == 0
+    assert out.read_bytes().splitlines(keepends=True) == again
+
+
+def test_batch_bad_input_writes_nothing(index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "receipts.jsonl"
+    plans = tmp_path / "plans.jsonl"
+    write_plans(plans, extra=[])
+    for argv, where in (
+        (["batch", str(tmp_path / "absent.jsonl"), "--out", str(out), "--index", str(index_dir)], "absent.jsonl"),
+        (["batch", str(plans), "--out", str(out), "--index", str(index_dir), "--concurrency", "0"], "--concurrency"),
+        (["batch", str(plans), "--out", str(out), "--index", str(tmp_path / "no-index")], "no-index"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("race: error: ") and where in err and len(err.splitlines()) == 1
+        assert not out.exists()
+
+
+def test_plan_lines_skip_blank_lines_and_read_ids() -> None:
+    items = plan_lines([b'{"id": 7, "plan": {"a": 1}}', b"  ", b'{"schema_version": "race.plan/1"}'])
+    assert [(i.line, i.id) for i in items] == [(1, "7"), (3, None)]
+    assert json.loads(items[0].text) == {"a": 1}
+    assert items[0].source != items[1].source
+
+
+def test_cli_and_local_batch_never_import_ray(index_dir: Path, tmp_path: Path) -> None:
+    plans = tmp_path / "plans.jsonl"
+    plans.write_bytes(orjson.dumps(json.loads(PLANS[0].read_text())) + b"\n")
+    script = (
+        "import sys, contextlib, io\n"
+        "import race.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    race.cli.main(['--help'])\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    race.cli.main(['batch', '--help'])\n"
+        f"assert race.cli.main(['batch', {str(plans)!r}, '--out', {str(tmp_path / 'out.jsonl')!r},"
+        f" '--index', {str(index_dir)!r}]) == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
