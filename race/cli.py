@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from race.version import __version__
@@ -82,6 +82,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         where = receipt_path(retain, receipt)
         print(f"race: retained {len(receipt.retained)} artifacts; receipt {where}", file=sys.stderr)
     return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from race.batch import EngineOptions, LineResult, run_batch_file
+    from race.bundled import ensure_bundled_index
+
+    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
+    options = EngineOptions(
+        index=index.resolve(),
+        statistics=Path(args.stats).resolve() if args.stats else None,
+        remotes=tuple(args.remote or ()),
+        remote_timeout=args.remote_timeout,
+        early_stop=not args.no_early_stop,
+    )
+    bars: list[tqdm] = []
+
+    def progress(total: int) -> Callable[[LineResult], None]:
+        bars.append(tqdm(total=total, desc="batch", unit="plan", file=sys.stderr, disable=None))
+        return lambda _: bars[0].update(1)
+
+    try:
+        summary = run_batch_file(
+            Path(args.plans), Path(args.out), options, concurrency=args.concurrency, progress=progress
+        )
+    finally:
+        for bar in bars:
+            bar.close()
+    print(summary.describe(Path(args.out)), file=sys.stderr)
+    return summary.exit_status
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -214,6 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
                 "--explain", action="store_true", help="show memo groups, alternatives and reasons (default)"
             )
         p.set_defaults(func=func)
+
+    p = sub.add_parser("batch", help="run every plan of a JSONL file; one receipt or error record per line")
+    p.add_argument("plans", help="JSONL: one logical plan per line, or {\"id\": ..., \"plan\": {...}}")
+    p.add_argument("--out", required=True, help="JSONL records to write; plans already answered there are skipped")
+    p.add_argument("--concurrency", type=int, default=4, metavar="N", help="plans at once (default 4)")
+    p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+    p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
+    p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
+    p.add_argument("--remote-timeout", type=float, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
+    p.add_argument("--no-early-stop", action="store_true", help="evaluate top-k unions in full")
+    p.set_defaults(func=cmd_batch)
 
     p = sub.add_parser("rsc", help="the retrieval semantic contracts known, and their checks")
     rsc_sub = p.add_subparsers(dest="rsc_command", required=True)
