@@ -129,6 +129,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from race.bundled import BUNDLED_CORPUS
+    from race.replay import load_receipt
+    from race.verify import EXIT_CITATION_BROKEN, verify_receipt, verify_text
+
+    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
+    if not corpus.is_dir():
+        raise InputError("not a corpus directory", where=str(corpus))
+    report = verify_receipt(load_receipt(Path(args.receipt)), corpus)
+    sys.stdout.write(canonical_pretty(report) + "\n" if args.json else verify_text(report))
+    return 0 if report.holds else EXIT_CITATION_BROKEN
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from race.serve import Faults, loopback_host, serve
 
@@ -275,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retained", required=True, metavar="DIR", help="the retention directory of that run")
     p.add_argument("--json", action="store_true", help="canonical JSON output")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("verify", help="check that every citation of a receipt still holds (exit 3 if one does not)")
+    p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
+    p.add_argument("--corpus", help="the corpus folder the paths are relative to (default: the bundled corpus)")
+    p.add_argument("--json", action="store_true", help="the report as canonical JSON")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("serve", help="serve an index's contracts over HTTP on loopback (race.remote/1)")
     p.add_argument("--index", required=True, help="index directory built by `race index`")

@@ -1,0 +1,107 @@
+"""`race verify`: each citation of a receipt is re-read from the corpus and judged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from race.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
+from race.cli import main
+from race.engine import Engine
+from race.receipt import Receipt
+from race.render import receipt_json
+from race.verify import EXIT_CITATION_BROKEN, verify_receipt
+
+
+@pytest.fixture(scope="module")
+def showcase(session_engine: Engine) -> Receipt:
+    return session_engine.run_sync(SHOWCASE_PLAN)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    copy = tmp_path / "corpus"
+    shutil.copytree(BUNDLED_CORPUS, copy)
+    return copy
+
+
+def _file_with_two_cited_chunks(receipt: Receipt) -> tuple[str, str, int]:
+    """A cited markdown file that has another cited chunk too: (path, chunk to edit, its first line)."""
+    chunks: dict[str, dict[str, int]] = {}
+    for item in receipt.evidence:
+        for hit in item.hits:
+            c = hit.custody
+            if c.source_path.endswith(".md"):
+                chunks.setdefault(c.source_path, {})[c.chunk_id] = c.line_start
+    path, cited = next((p, ch) for p, ch in sorted(chunks.items()) if len(ch) >= 2)
+    chunk, line = sorted(cited.items())[-1]
+    return path, chunk, line
+
+
+def test_an_untouched_corpus_holds_every_citation(showcase: Receipt, corpus: Path) -> None:
+    report = verify_receipt(showcase, corpus)
+    assert report.holds
+    assert report.counts["valid"] == sum(len(item.hits) for item in showcase.evidence) > 0
+    assert {c.source_hash for c in report.citations} == {"same"}
+
+
+def test_editing_one_cited_passage_reports_exactly_that_citation_changed(showcase: Receipt, corpus: Path) -> None:
+    path, chunk, line = _file_with_two_cited_chunks(showcase)
+    lines = (corpus / path).read_text().splitlines(keepends=True)
+    lines[line - 1] = lines[line - 1].rstrip("\n") + " (edited)\n"
+    (corpus / path).write_text("".join(lines))
+
+    report = verify_receipt(showcase, corpus)
+    broken = report.broken()
+    assert broken and {c.chunk_id for c in broken} == {chunk}
+    assert {c.status for c in broken} == {"changed"}
+    # The other passages of the edited file still hold: only the file's hash differs.
+    same_file = [c for c in report.citations if c.source_path == path and c.chunk_id != chunk]
+    assert same_file and all(c.status == "valid" and c.source_hash == "differs" for c in same_file)
+    assert all(c.source_hash == "same" for c in report.citations if c.source_path != path)
+
+
+def test_shifted_text_is_moved_and_a_deleted_file_is_missing(showcase: Receipt, corpus: Path) -> None:
+    path, _, _ = _file_with_two_cited_chunks(showcase)
+    target = corpus / path
+    target.write_text(target.read_text().replace("\n\n", "\n\n\n", 1))
+    gone = next(h.custody.source_path for item in showcase.evidence for h in item.hits if h.custody.source_path != path)
+    (corpus / gone).unlink()
+
+    report = verify_receipt(showcase, corpus)
+    moved = [c for c in report.citations if c.source_path == path]
+    assert moved and all(c.status == "moved" for c in moved)
+    assert all(c.found_line_start == c.line_start + 1 for c in moved)
+    assert {c.status for c in report.citations if c.source_path == gone} == {"missing"}
+    assert {c.status for c in report.citations if c.source_path not in (path, gone)} == {"valid"}
+
+
+def test_a_path_outside_the_corpus_is_missing(showcase: Receipt, corpus: Path) -> None:
+    item = showcase.evidence[0]
+    hit = item.hits[0]
+    escaped = hit.model_copy(update={"custody": hit.custody.model_copy(update={"source_path": "../../etc/passwd"})})
+    forged = showcase.model_copy(update={"evidence": (item.model_copy(update={"hits": (escaped,)}),)})
+    (check,) = verify_receipt(forged, corpus).citations
+    assert check.status == "missing" and "leaves the corpus" in check.detail
+
+
+def test_cli_exit_status_is_three_only_when_a_citation_broke(
+    showcase: Receipt, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "receipt.json"
+    saved.write_text(receipt_json(showcase))
+    assert main(["verify", str(saved), "--corpus", str(corpus)]) == 0
+    assert "0 changed" in capsys.readouterr().out
+
+    path, chunk, line = _file_with_two_cited_chunks(showcase)
+    lines = (corpus / path).read_text().splitlines(keepends=True)
+    lines[line - 1] = "rewritten\n"
+    (corpus / path).write_text("".join(lines))
+    assert main(["verify", str(saved), "--corpus", str(corpus), "--json"]) == EXIT_CITATION_BROKEN
+    report = json.loads(capsys.readouterr().out)
+    assert {c["chunk_id"] for c in report["citations"] if c["status"] != "valid"} == {chunk}
+
+    assert main(["verify", str(tmp_path / "absent.json"), "--corpus", str(corpus)]) == 2
