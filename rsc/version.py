@@ -1,7 +1,11 @@
 """Semantic versions and the version ranges a plan may pin a contract to.
 
-A range is a comma-separated conjunction of comparators: ``>=1.2.0,<2.0.0``, ``==1.4.1``,
-``^1.2`` (same major), ``~1.2.3`` (same minor), or ``*``.
+A range has npm's meaning (node-semver; Cargo's for the forms both have), evaluated by
+``semantic_version.NpmSpec``: ``^0.0.3`` (only 0.0.3), ``^1.2`` (>=1.2.0 <2.0.0), ``~1``
+(1.x), ``=1.2`` and ``1.2`` (1.2.x), ``>1.2`` (>=1.3.0), ``<=1.2`` (<1.3.0), ``1.x``,
+``1.2.3 - 2.3.4``, space-separated conjunctions, ``||`` alternatives, ``*``. A comma is a
+conjunction too (Cargo's ``>=1.2, <2``), ``==`` means ``=`` and ``~>`` means ``~``. The answers are checked
+against node-semver's own in fixtures/cases/semver_npm.json.
 """
 
 from __future__ import annotations
@@ -9,11 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import semantic_version
+
 from rsc.errors import VersionRangeError
 
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
-_PARTIAL = re.compile(r"^(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?(?:\.(0|[1-9]\d*))?$")
-_COMPARATOR = re.compile(r"^(>=|<=|==|>|<|\^|~|=)?\s*(\S+)$")
+# ``==1.4.1`` (this module's own older spelling) is npm's ``=1.4.1``; ``>= 1.2`` is ``>=1.2``.
+_DOUBLE_EQUALS = re.compile(r"(?<![<>=!])==")
+_OPERATOR_SPACE = re.compile(r"([<>=^~])\s+")
+_MAX_RANGE_CHARS = 256
 
 
 @dataclass(frozen=True, order=True)
@@ -40,45 +48,25 @@ def is_semver(text: str) -> bool:
 @dataclass(frozen=True)
 class VersionRange:
     text: str
-    bounds: tuple[tuple[str, Version], ...]
+    spec: semantic_version.NpmSpec
 
     @classmethod
     def parse(cls, text: str, *, where: str | None = None) -> VersionRange:
         stripped = text.strip()
-        if stripped in ("", "*"):
-            return cls("*", ())
-        bounds: list[tuple[str, Version]] = []
-        for part in stripped.split(","):
-            match = _COMPARATOR.match(part.strip())
-            partial = _PARTIAL.match(match[2]) if match else None
-            if not match or not partial:
-                raise VersionRangeError(f"{text!r} is not a version range", where=where)
-            op = match[1] or "=="
-            major = int(partial[1])
-            minor = int(partial[2] or 0)
-            patch = int(partial[3] or 0)
-            low = Version(major, minor, patch)
-            if op == "^":
-                high = Version(major + 1, 0, 0) if major else Version(0, minor + 1, 0)
-                bounds += [(">=", low), ("<", high)]
-            elif op == "~":
-                bounds += [(">=", low), ("<", Version(major, minor + 1, 0))]
-            else:
-                bounds.append(("==" if op == "=" else op, low))
-        return cls(stripped, tuple(bounds))
+        if len(stripped) > _MAX_RANGE_CHARS:
+            raise VersionRangeError(
+                f"version range of {len(stripped)} characters (at most {_MAX_RANGE_CHARS})", where=where
+            )
+        npm = _OPERATOR_SPACE.sub(r"\1", _DOUBLE_EQUALS.sub("=", stripped.replace(",", " ").replace("~>", "~")))
+        npm = " || ".join(" ".join(alternative.split()) for alternative in npm.split("||"))
+        try:
+            spec = semantic_version.NpmSpec(npm or "*")
+        except ValueError:
+            raise VersionRangeError(f"{text!r} is not a version range", where=where) from None
+        return cls(stripped or "*", spec)
 
     def contains(self, version: Version) -> bool:
-        for op, bound in self.bounds:
-            ok = {
-                ">=": version >= bound,
-                "<=": version <= bound,
-                ">": version > bound,
-                "<": version < bound,
-                "==": version == bound,
-            }[op]
-            if not ok:
-                return False
-        return True
+        return semantic_version.Version(major=version.major, minor=version.minor, patch=version.patch) in self.spec
 
     def __str__(self) -> str:
         return self.text
