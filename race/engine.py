@@ -13,6 +13,7 @@ import anyio
 
 from backends import LOCAL_ADAPTERS, Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from race.attach import open_milvus
 from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
@@ -92,9 +93,11 @@ class Engine:
         remotes: Sequence[str] = (),
         remote_timeout: float = 5.0,
         early_stop: bool = True,
+        milvus: Sequence[Path] = (),
     ) -> Engine:
         """The local backends of ``index_dir`` and, for each base URL in ``remotes``, a
-        ``race serve`` server's contracts (backend ``remote``; one server per engine)."""
+        ``race serve`` server's contracts (backend ``remote``; one server per engine), and the
+        Milvus collection of the instance folder in ``milvus`` (``race.attach.open_milvus``)."""
         manifest = read_manifest(index_dir)
         built = manifest.get("backends", [])
         adapters: dict[str, Adapter] = {}
@@ -102,6 +105,7 @@ class Engine:
             if isinstance(built, list) and adapter.backend in built:
                 adapters[adapter.backend] = adapter.open(index_dir)
         adapters.update(connect_remotes(remotes, timeout=remote_timeout))
+        adapters.update(open_milvus(milvus))
         return cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
