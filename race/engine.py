@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -345,19 +347,32 @@ class Engine:
     # -- sync wrappers ---------------------------------------------------------------------
 
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
-        return anyio.run(lambda: self.plan(plan, where=where))
+        return _blocking(lambda: self.plan(plan, where=where))
 
     def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        return anyio.run(lambda: self.run(plan, where=where, retain=retain))
+        return _blocking(lambda: self.run(plan, where=where, retain=retain))
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
-        return anyio.run(lambda: self.replay(receipt, retained))
+        return _blocking(lambda: self.replay(receipt, retained))
 
     def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         return anyio.run(lambda: self.run_many(plans, concurrency=concurrency))
 
 
-def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
+def _blocking(call: Callable[[], Awaitable[_R]]) -> _R:
+    """``call`` run to completion from synchronous code. Inside a running event loop (a
+    notebook, an async web handler) ``anyio.run`` cannot nest, so the coroutine runs on a
+    private loop in a worker thread while the caller's thread waits."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(call)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-sync") as pool:
+        return pool.submit(anyio.run, call).result()
+
+
+def connect_remotes(
+urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
     """Remote adapters by backend name. Every remote contract names the one backend ``remote``,
     so an engine reaches at most one server."""
     from backends.remote import RemoteAdapter
