@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 import anyio.to_thread
 from pydantic import TypeAdapter
@@ -28,12 +28,16 @@ from rsc import (
     ScanRequest,
     ScanResult,
     ScoreKind,
+    SnapshotMoved,
     fingerprint,
     load_contract,
 )
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while an index is built."""
+
+UNKNOWN_GENERATION: Final = "unknown"
+"""The generation of a backend whose snapshot could not be read: never a cache hit, never pinned."""
 
 _R = TypeVar("_R")
 
@@ -87,6 +91,18 @@ class Adapter(ABC):
         than a thread hop; an adapter whose generation needs network I/O overrides this."""
         return self.generation()
 
+    def pinned(self, generation: str) -> Adapter:
+        """This backend held at ``generation`` for one run: every scan of the returned adapter
+        reads that snapshot and its hits carry that generation, whatever commits land meanwhile.
+        A snapshot that cannot be pinned (gone, moved, unknown) gives an adapter whose scans
+        raise ``SnapshotMoved``. The default, for adapters with nothing to pin, is ``self``."""
+        return self
+
+    async def pin(self, generation: str) -> Adapter:
+        """``pinned()`` for the runtime. Pinning a local index is a ``stat`` or two, cheaper than a
+        thread hop; an adapter whose pinning does real I/O overrides this to run it on a thread."""
+        return self.pinned(generation)
+
     @abstractmethod
     async def scan(self, request: ScanRequest) -> ScanResult:
         """Answer one translated request. Blocking work goes through a worker thread."""
@@ -107,6 +123,57 @@ class Adapter(ABC):
 
     async def aclose(self) -> None:
         return None
+
+
+class RefusedSnapshot(Adapter):
+    """Stands for a backend whose planned snapshot could not be pinned: every scan raises
+    ``SnapshotMoved`` naming the planned and the current generation, so the leg is refused
+    rather than answered from another snapshot."""
+
+    def __init__(self, inner: Adapter, *, planned: str, current: str, reason: str) -> None:
+        self.backend = inner.backend  # type: ignore[misc]
+        self.inner = inner
+        self.planned = planned
+        self.current = current
+        self.reason = reason
+
+    def contracts(self) -> tuple[Contract, ...]:  # type: ignore[override]
+        return self.inner.contracts()
+
+    @classmethod
+    def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
+        raise NotImplementedError("a refused snapshot is never built")
+
+    @classmethod
+    def open(cls, index_dir: Path) -> Self:
+        raise NotImplementedError("a refused snapshot is never opened")
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    def generation(self) -> str:
+        return self.current
+
+    def pinned(self, generation: str) -> Adapter:
+        return self.inner.pinned(generation)
+
+    async def pin(self, generation: str) -> Adapter:
+        return await self.inner.pin(generation)
+
+    def statistics(self) -> BackendStatistics:
+        return self.inner.statistics()
+
+    def models(self) -> tuple[dict[str, str | int], ...]:
+        return self.inner.models()
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        raise SnapshotMoved(
+            f"the planned snapshot {self.planned} {self.reason}; the backend is at {self.current}",
+            where=request.rsc_id,
+            planned=self.planned,
+            current=self.current,
+        )
 
 
 def request_fingerprint(request: ScanRequest) -> str:

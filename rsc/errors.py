@@ -20,7 +20,8 @@
     ├── CanonicalError             a value has no canonical JSON form
     └── BackendError               a backend failed; becomes a gap, never an empty result
         ├── BackendTimeout         the backend did not answer within its deadline
-        └── BackendUnavailable     the backend refused, dropped or garbled the answer
+        ├── BackendUnavailable     the backend refused, dropped or garbled the answer
+        └── SnapshotMoved          the snapshot a run was planned with cannot be read any more
 """
 
 from __future__ import annotations
@@ -104,6 +105,18 @@ class BackendTimeout(BackendError):
 
 class BackendUnavailable(BackendError):
     pass
+
+
+class SnapshotMoved(BackendError):
+    """The generation a run was planned with (``planned``) cannot be pinned or has moved to
+    ``current``: the leg is refused rather than answered from another snapshot."""
+
+    def __init__(
+        self, message: str, *, where: str | None = None, planned: str = "unknown", current: str = "unknown"
+    ) -> None:
+        self.planned = planned
+        self.current = current
+        super().__init__(message, where=where)
 
 
 def most_specific(exc: BaseException) -> BaseException:
