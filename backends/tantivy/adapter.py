@@ -4,21 +4,38 @@ Filters are pushed into tantivy as a constant-score clause of weight 0, so a fil
 search ranks exactly like the unfiltered one restricted to the filtered set. Query text is
 analysed into terms by the same analyzer the index uses; it never passes through tantivy's
 query parser, so ``doc_type:adr`` typed in a query is three words, not a filter (I14).
+
+Snapshots. The generation names one committed state: the index's own id (recorded at build),
+the opstamp and the segment ids with their delete counts. The reader reloads only when this
+adapter asks (``Manual`` policy), so the searcher it hands out is always the state its
+generation names; a run holds one searcher for all its scans (``pinned``), and a commit that
+lands meanwhile is not seen until the next run.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import threading
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 import orjson
 import tantivy
 
-from backends.base import Adapter, Progress, blocking, custody_hits, load_contracts_beside
+from backends.base import (
+    UNKNOWN_GENERATION,
+    Adapter,
+    Progress,
+    RefusedSnapshot,
+    blocking,
+    custody_hits,
+    load_contracts_beside,
+)
 from backends.corpus import METADATA_FIELDS, Corpus
 from rsc import (
     BackendStatistics,
@@ -64,6 +81,16 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+def _generation_of(meta: dict[str, Any], manifest: dict[str, Any]) -> str:
+    segments = sorted(
+        (str(s["segment_id"]), int(s.get("max_doc", 0)), int((s.get("deletes") or {}).get("num_deleted_docs", 0)))
+        for s in meta.get("segments", [])
+    )
+    # An index built before ids were recorded is named by the corpus it was built from.
+    index_id = str(manifest.get("index_id") or manifest.get("corpus_revision", ""))
+    return "tantivy:" + fingerprint({"index": index_id, "opstamp": meta.get("opstamp"), "segments": segments})
+
+
 def date_number(text: str) -> int:
     """``2024-03-12`` as ``20240312``: order-preserving, so ranges stay exact."""
     match = _DATE.match(text)
@@ -72,20 +99,46 @@ def date_number(text: str) -> int:
     return int(match[1] + match[2] + match[3])
 
 
+_STAMP_TRIES = 5
+"""Reads of meta.json retried while commits keep replacing it under the read."""
+
+
+@dataclass(frozen=True)
+class _State:
+    """One committed state as the reader has it loaded, with what ``race.json`` said then."""
+
+    stamp: tuple[int, int, int]
+    """(inode, mtime, size) of meta.json, the same before and after the reader loaded it."""
+    generation: str
+    corpus_revision: str
+    rows: int
+    value_counts: dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class _Pin:
+    """One run's hold on a state: its searcher keeps those segments readable to the end."""
+
+    state: _State
+    searcher: tantivy.Searcher
+
+
 class TantivyAdapter(Adapter):
     backend = "tantivy"
 
-    def __init__(self, path: Path, index: tantivy.Index, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: Path, index: tantivy.Index) -> None:
         self._path = path
         self._index = index
+        # The pool changes only when this adapter reloads it, under the lock, so the memo's
+        # generation is always the state the pool holds.
+        index.config_reader(reload_policy="Manual")
         self._schema = index.schema
         self._analyzer = _analyzer()
-        self._corpus_revision = str(manifest["corpus_revision"])
-        self._value_counts: dict[str, dict[str, int]] = manifest.get("value_counts", {})
-        self._rows = int(manifest.get("rows", 0))
+        self._manifest_path = path / "race.json"
         self._meta_path = str(path / "meta.json")
-        self._generation: tuple[tuple[int, int, int], str] | None = None
+        self._state: _State | None = None
         self._generation_lock = threading.Lock()
+        self._pin: _Pin | None = None
 
     @classmethod
     def contracts(cls) -> tuple[Contract, ...]:
@@ -121,7 +174,13 @@ class TantivyAdapter(Adapter):
                 progress(n, total)
         writer.commit()
         writer.wait_merging_threads()
-        manifest = {"corpus_revision": corpus.revision, "rows": total, "value_counts": counts}
+        # The index's own id: segment ids are fresh per build too, but the id says which build.
+        manifest = {
+            "corpus_revision": corpus.revision,
+            "index_id": uuid.uuid4().hex,
+            "rows": total,
+            "value_counts": counts,
+        }
         (path / "race.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
         return cls.open(index_dir).generation()
 
@@ -133,42 +192,89 @@ class TantivyAdapter(Adapter):
             raise IndexMissingError("no tantivy index here (run `race index`)", where=str(path))
         index = tantivy.Index.open(str(path))
         index.register_tokenizer(ANALYZER, _analyzer())
-        return cls(path, index, json.loads(manifest_path.read_text()))
+        return cls(path, index)
 
     @property
     def identity(self) -> str:
-        return f"tantivy:{self._corpus_revision}"
+        return f"tantivy:{self._current().corpus_revision}"
 
     def generation(self) -> str:
-        """Opstamp, segment ids and their delete counts, as the index's meta.json has them.
+        """The index id, opstamp, segment ids and their delete counts of the state the reader holds.
 
         tantivy replaces meta.json on every commit, so an unchanged (inode, mtime, size)
-        means an unchanged generation; only a changed file is reloaded and read again.
+        means an unchanged generation; only a changed file is reloaded and read again (with
+        ``race.json``, which a rebuild replaces along with the index).
         """
+        return self._current().generation
+
+    def _current(self) -> _State:
+        pin = self._pin
+        if pin is not None:
+            return pin.state
         st = os.stat(self._meta_path)
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        # The memo is one tuple, replaced whole, so reading it needs no lock.
-        memo = self._generation
-        if memo is not None and memo[0] == stamp:
-            return memo[1]
+        # The memo is one immutable object, replaced whole, so reading it needs no lock.
+        state = self._state
+        if state is not None and state.stamp == stamp:
+            return state
         with self._generation_lock:
-            if self._generation is not None and self._generation[0] == stamp:
-                return self._generation[1]
-            self._index.reload()
-            generation = self._read_generation(Path(self._meta_path))
-            self._generation = (stamp, generation)
-            return generation
+            return self._reload(stamp)
 
-    def _read_generation(self, meta_path: Path) -> str:
-        meta = json.loads(meta_path.read_text())
-        segments = sorted(
-            (str(s["segment_id"]), int(s.get("max_doc", 0)), int((s.get("deletes") or {}).get("num_deleted_docs", 0)))
-            for s in meta.get("segments", [])
+    def _reload(self, stamp: tuple[int, int, int]) -> _State:
+        """Reload the reader and read the state it now holds; the caller holds the lock."""
+        state = self._state
+        if state is not None and state.stamp == stamp:
+            return state
+        for _ in range(_STAMP_TRIES):
+            self._index.reload()
+            meta = json.loads(Path(self._meta_path).read_text())
+            manifest = json.loads(self._manifest_path.read_text())
+            st = os.stat(self._meta_path)
+            after = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if after == stamp:
+                break
+            # A commit replaced meta.json while it was read: the reader may hold either state.
+            stamp = after
+        else:
+            raise BackendUnavailable("meta.json kept changing while it was read", where=self._meta_path)
+        state = _State(
+            stamp=stamp,
+            generation=_generation_of(meta, manifest),
+            corpus_revision=str(manifest["corpus_revision"]),
+            rows=int(manifest.get("rows", 0)),
+            value_counts=manifest.get("value_counts", {}),
         )
-        return "tantivy:" + fingerprint({"opstamp": meta.get("opstamp"), "segments": segments})
+        self._state = state
+        return state
+
+    def _hold(self) -> _Pin:
+        """The latest state and a searcher over exactly it."""
+        pin = self._pin
+        if pin is not None:
+            return pin
+        st = os.stat(self._meta_path)
+        with self._generation_lock:
+            state = self._reload((st.st_ino, st.st_mtime_ns, st.st_size))
+            return _Pin(state, self._index.searcher())
+
+    def pinned(self, generation: str) -> Adapter:
+        """A searcher over ``generation`` held for the run. The reader holds one state, the
+        latest this adapter loaded, so only that generation can be pinned."""
+        try:
+            pin = self._hold()
+        except (OSError, ValueError, KeyError, BackendUnavailable) as exc:
+            reason = f"cannot be read ({type(exc).__name__}: {exc})"
+            return RefusedSnapshot(self, planned=generation, current=UNKNOWN_GENERATION, reason=reason)
+        current = pin.state.generation
+        if current != generation:
+            return RefusedSnapshot(self, planned=generation, current=current, reason="is no longer the index's state")
+        held = copy.copy(self)
+        held._pin = pin
+        return held
 
     def statistics(self) -> BackendStatistics:
-        return BackendStatistics(backend=self.backend, rows=self._rows, value_counts=self._value_counts)
+        state = self._current()
+        return BackendStatistics(backend=self.backend, rows=state.rows, value_counts=state.value_counts)
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         return await blocking(self._scan, request)
@@ -176,7 +282,8 @@ class TantivyAdapter(Adapter):
     # -- blocking part, on a worker thread -------------------------------------------------
 
     def _scan(self, request: ScanRequest) -> ScanResult:
-        generation = self.generation()
+        pin = self._hold()
+        generation = pin.state.generation
         if request.mode == "bm25":
             query, kind = self._text_query(request), ScoreKind.BM25
         elif request.mode == "exact_id":
@@ -190,7 +297,7 @@ class TantivyAdapter(Adapter):
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(self._filter_query(request.pushed), 0.0)),
                 ]
             )
-        searcher = self._index.searcher()
+        searcher = pin.searcher
         # An exact set is cut in chunk-id order, so the whole match set is read; a ranked
         # list reads past k so that ties at the cut are broken by chunk id, not segment order.
         limit = _EXACT_SET_CAP if kind is ScoreKind.EXACT_MATCH else 2 * request.k + 8
@@ -214,9 +321,9 @@ class TantivyAdapter(Adapter):
             contract_ref=f"{request.rsc_id}@{request.rsc_version}",
             rows=[(row, score) for score, row in rows],
             score_kind=kind,
-            index_identity=self.identity,
+            index_identity=f"tantivy:{pin.state.corpus_revision}",
             generation=generation,
-            corpus_revision=self._corpus_revision,
+            corpus_revision=pin.state.corpus_revision,
         )
         count = getattr(found, "count", None)
         total = int(count) if count is not None else len(hits)
