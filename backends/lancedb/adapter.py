@@ -13,13 +13,20 @@ Unindexed rows (appended after the ANN index was trained) are still searched: La
 scans them flat and merges them in, unless a request opts into ``fast_search``, which
 skips them and is then reported as an ``unindexed_rows_skipped`` gap. Every scan reads one
 table snapshot, so its hits and its generation describe the same version.
+
+The generation names that snapshot: the table version together with a digest of the version's
+manifest file (which names the dataset's data files and indexes, so two tables built apart
+never share one even at the same version and row counts), the indexed and unindexed row
+counts and the embedder. A run pins it by checking that version out (``pinned``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+import re
 import shutil
 import threading
 from collections import OrderedDict
@@ -37,7 +44,15 @@ from lancedb.index import Bitmap, BTree, IvfFlat
 from lancedb.query import LanceVectorQueryBuilder
 from lancedb.table import Table
 
-from backends.base import Adapter, Progress, blocking, custody_hits, load_contracts_beside
+from backends.base import (
+    UNKNOWN_GENERATION,
+    Adapter,
+    Progress,
+    RefusedSnapshot,
+    blocking,
+    custody_hits,
+    load_contracts_beside,
+)
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from rsc import (
@@ -54,6 +69,7 @@ from rsc import (
     ScanResult,
     ScoreKind,
     fingerprint,
+    fingerprint_bytes,
 )
 
 TABLE: Final = "chunks"
@@ -251,13 +267,17 @@ def chunk_rows(chunks: Sequence[Chunk], vectors: npt.NDArray[np.float32], corpus
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One table version as a scan sees it, with the counts that make up its generation."""
+    """One table version as a scan sees it, with what makes up its generation."""
 
     table: Table
     version: int
     rows: int
     indexed_rows: int
     unindexed_rows: int
+    manifest: str = ""
+    """Digest of this version's manifest file: which dataset, at which version."""
+    corpus_revision: str = ""
+    """The corpus revision ``race.json`` records for the table this version belongs to."""
 
 
 _U64_MAX: Final = 2**64 - 1
@@ -288,6 +308,24 @@ def _next_manifest(versions_dir: str, version: int) -> str | None:
     return None
 
 
+def _manifest_digest(versions_dir: str, version: int) -> str:
+    """The digest (hex) of the manifest file of ``version``. Lance writes each version's manifest
+    once (put-if-not-exists) and never changes it, so the digest names that version for good;
+    data files are named afresh by every write, so another table's version differs."""
+    for v2 in (True, False):
+        try:
+            with open(os.path.join(versions_dir, _manifest_name(version, v2=v2)), "rb") as handle:
+                return fingerprint_bytes(handle.read()).split(":", 1)[1]
+        except FileNotFoundError:
+            continue
+    raise IndexMissingError(f"table version {version} has no manifest", where=versions_dir)
+
+
+_VERSION_OF: Final = re.compile(r"^lancedb:v(\d+):")
+_SNAPSHOT_TRIES: Final = 5
+"""Reads of a snapshot retried while the table directory keeps being replaced under them."""
+
+
 class LanceAdapter(Adapter):
     backend = "lancedb"
 
@@ -301,12 +339,15 @@ class LanceAdapter(Adapter):
         # open time) and then keeps reading that one version, so the hits and the
         # generation it reports cannot straddle a concurrent write.
         self._db = lancedb.connect(str(path))
-        self._stats: tuple[int, BackendStatistics] | None = None
+        self._stats: tuple[str, BackendStatistics] | None = None
         self._nprobes = int(manifest["ann_index"]["nprobes"])
         self._versions_dir = path / f"{TABLE}.lance" / "_versions"
         self._generation_memo: _GenerationMemo | None = None
         self._generation_lock = threading.Lock()
-        self._counts: dict[int, tuple[int, int, int]] = {}
+        self._counts: dict[str, tuple[int, int, int]] = {}
+        self._pin: Snapshot | None = None
+        # The corpus revision race.json records, by the (inode, mtime, size) it was read at.
+        self._revision: tuple[tuple[int, int, int], str] | None = None
         self._vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._vectors_lock = threading.Lock()
         self._embedding: dict[str, threading.Lock] = {}
@@ -376,7 +417,11 @@ class LanceAdapter(Adapter):
 
     @property
     def identity(self) -> str:
-        return f"lancedb:{self._manifest['corpus_revision']}"
+        pin = self._pin
+        if pin is not None:
+            return f"lancedb:{pin.corpus_revision}"
+        known = self._revision
+        return f"lancedb:{known[1] if known is not None else self._manifest['corpus_revision']}"
 
     @property
     def embedder_identity(self) -> EmbedderIdentity:
@@ -388,28 +433,114 @@ class LanceAdapter(Adapter):
     # -- snapshots and generations ------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        """The latest table version, pinned for as long as the returned handle is used."""
-        try:
-            table = self._db.open_table(TABLE)
-        except (ValueError, FileNotFoundError) as exc:
-            raise IndexMissingError(f"the LanceDB table is gone: {exc}", where=str(self._path)) from exc
-        version = table.version
-        # A version never changes once written, so its counts are read once.
-        counts = self._counts.get(version)
+        """The pinned version, or else the latest one, held for as long as the handle is used."""
+        pin = self._pin
+        return pin if pin is not None else self._open_snapshot(None)
+
+    def _open_snapshot(self, version: int | None) -> Snapshot:
+        """Table ``version`` (the latest when ``None``) checked out, with its manifest digest.
+
+        ``_versions/`` keeps its inode unless the table directory itself is replaced (a rebuild),
+        so the same inode before and after says the handle, the digest and ``race.json`` all
+        belong to one table.
+        """
+        versions_dir = str(self._versions_dir)
+        for _ in range(_SNAPSHOT_TRIES):
+            before = self._versions_inode()
+            revision = self._corpus_revision()
+            try:
+                table = self._db.open_table(TABLE)
+                if version is not None:
+                    table.checkout(version)
+            except (ValueError, FileNotFoundError) as exc:
+                raise IndexMissingError(f"the LanceDB table is gone: {exc}", where=str(self._path)) from exc
+            current = table.version
+            digest = _manifest_digest(versions_dir, current)
+            if self._versions_inode() == before:
+                break
+        else:
+            raise BackendUnavailable("the LanceDB table kept being replaced while it was read", where=str(self._path))
+        # A manifest never changes once written, so the counts of a version are read once.
+        counts = self._counts.get(digest)
         if counts is None:
             rows = table.count_rows()
             stats = table.index_stats(VECTOR_INDEX)
             indexed = stats.num_indexed_rows if stats is not None else 0
             unindexed = stats.num_unindexed_rows if stats is not None else rows
-            counts = self._counts[version] = (rows, indexed, unindexed)
+            counts = self._counts[digest] = (rows, indexed, unindexed)
         rows, indexed, unindexed = counts
-        return Snapshot(table=table, version=version, rows=rows, indexed_rows=indexed, unindexed_rows=unindexed)
+        return Snapshot(
+            table=table,
+            version=current,
+            rows=rows,
+            indexed_rows=indexed,
+            unindexed_rows=unindexed,
+            manifest=digest,
+            corpus_revision=revision,
+        )
+
+    def _versions_inode(self) -> int:
+        try:
+            return os.stat(self._versions_dir).st_ino
+        except FileNotFoundError as exc:
+            raise IndexMissingError("the LanceDB table is gone", where=str(self._path)) from exc
+
+    def _corpus_revision(self) -> str:
+        """The corpus revision in ``race.json``, read again whenever the file was rewritten."""
+        path = self._path / MANIFEST
+        try:
+            st = os.stat(path)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            known = self._revision
+            if known is not None and known[0] == stamp:
+                return known[1]
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise IndexMissingError(f"unreadable {MANIFEST}: {exc}", where=str(self._path)) from exc
+        if EmbedderIdentity.model_validate(manifest["embedder"]) != self._embedder_identity:
+            raise IndexMissingError(
+                "the table was rebuilt with another embedder; reopen the index", where=str(self._path)
+            )
+        revision = str(manifest["corpus_revision"])
+        self._revision = (stamp, revision)
+        return revision
 
     def _generation(self, snap: Snapshot) -> str:
         return (
-            f"lancedb:v{snap.version}:indexed={snap.indexed_rows}:unindexed={snap.unindexed_rows}"
-            f":embedder={self._embedder_fingerprint}"
+            f"lancedb:v{snap.version}:manifest={snap.manifest}:indexed={snap.indexed_rows}"
+            f":unindexed={snap.unindexed_rows}:embedder={self._embedder_fingerprint}"
         )
+
+    def pinned(self, generation: str) -> Adapter:
+        """The table checked out at the version ``generation`` names, if that version is still
+        the snapshot ``generation`` names (a rebuilt table reuses version numbers)."""
+        match = _VERSION_OF.match(generation)
+        if match is None:
+            return RefusedSnapshot(
+                self, planned=generation, current=self._latest_or_unknown(), reason="names no table version"
+            )
+        try:
+            snap = self._open_snapshot(int(match[1]))
+        except (IndexMissingError, BackendUnavailable, ValueError, RuntimeError, OSError) as exc:
+            reason = f"cannot be checked out ({type(exc).__name__}: {exc})"
+            return RefusedSnapshot(self, planned=generation, current=self._latest_or_unknown(), reason=reason)
+        found = self._generation(snap)
+        if found != generation:
+            reason = f"is gone: table version {snap.version} is now {found}"
+            return RefusedSnapshot(self, planned=generation, current=self._latest_or_unknown(), reason=reason)
+        held = copy.copy(self)
+        held._pin = snap
+        return held
+
+    async def pin(self, generation: str) -> Adapter:
+        # Opening and checking out a table is real I/O: off the event loop.
+        return await blocking(self.pinned, generation)
+
+    def _latest_or_unknown(self) -> str:
+        try:
+            return self.generation()
+        except Exception:
+            return UNKNOWN_GENERATION
 
     def generation(self) -> str:
         """Table version, rows inside/outside the ANN index, and the embedder's fingerprint.
@@ -424,8 +555,12 @@ class LanceAdapter(Adapter):
           removing versions) adds, removes or renames entries there, and so moves those.
 
         Commits are caught by the first check alone, which does not rely on timestamps. Two
-        system calls, however many versions the table keeps; anything else reads afresh.
+        system calls, however many versions the table keeps; anything else reads afresh. A
+        pinned adapter answers its pinned generation.
         """
+        pin = self._pin
+        if pin is not None:
+            return self._generation(pin)
         versions_dir = str(self._versions_dir)
         try:
             st = os.stat(versions_dir)
@@ -449,7 +584,7 @@ class LanceAdapter(Adapter):
 
     def statistics(self) -> BackendStatistics:
         snap = self.snapshot()
-        if self._stats is not None and self._stats[0] == snap.version:
+        if self._stats is not None and self._stats[0] == snap.manifest:
             return self._stats[1]
         data = snap.table.search().select(list(COUNTED_FIELDS)).limit(None).to_arrow()
         counts: dict[str, dict[str, int]] = {}
@@ -460,7 +595,7 @@ class LanceAdapter(Adapter):
             pairs = column.value_counts().to_pylist()
             counts[name] = {str(p["values"]): int(p["counts"]) for p in sorted(pairs, key=lambda p: str(p["values"]))}
         stats = BackendStatistics(backend=self.backend, rows=snap.rows, value_counts=counts)
-        self._stats = (snap.version, stats)
+        self._stats = (snap.manifest, stats)
         return stats
 
     # -- scans --------------------------------------------------------------------------------
