@@ -10,6 +10,7 @@ the origin component of each document (I13) and one-relation joins.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Sequence
@@ -19,7 +20,15 @@ from typing import Any, Self
 
 from pydantic import TypeAdapter
 
-from backends.base import Adapter, Progress, blocking, load_contracts_beside, request_fingerprint
+from backends.base import (
+    UNKNOWN_GENERATION,
+    Adapter,
+    Progress,
+    RefusedSnapshot,
+    blocking,
+    load_contracts_beside,
+    request_fingerprint,
+)
 from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
 from backends.graph.store import (
     DOCUMENT,
@@ -43,6 +52,7 @@ from rsc import (
     GapSeverity,
     GraphPattern,
     Hit,
+    IndexMissingError,
     InputError,
     ScanRequest,
     ScanResult,
@@ -128,6 +138,23 @@ class GraphAdapter(Adapter):
     def generation(self) -> str:
         """The generation of ``graph.json`` as it is now; a rebuilt file is loaded first."""
         return self._current().generation
+
+    def pinned(self, generation: str) -> Adapter:
+        """The loaded snapshot held for the run, when it is ``generation``: a file rewritten
+        meanwhile is not read by the returned adapter (scans, origins, relations alike)."""
+        try:
+            snapshot = self._current()
+        except (BackendUnavailable, IndexMissingError) as exc:
+            reason = f"cannot be read ({exc})"
+            return RefusedSnapshot(self, planned=generation, current=UNKNOWN_GENERATION, reason=reason)
+        if snapshot.generation != generation:
+            return RefusedSnapshot(
+                self, planned=generation, current=snapshot.generation, reason="is no longer the graph's content"
+            )
+        held = copy.copy(self)
+        # No file to follow: the held adapter answers from this snapshot only.
+        held._snapshot, held._path = snapshot, None
+        return held
 
     def _current(self) -> _Snapshot:
         snapshot = self._snapshot

@@ -7,9 +7,14 @@ and replays them through the very same ``decode_exchange``, so a replayed answer
 exactly as the live one was.
 
 Native failures are translated here, at the adapter edge: httpx timeouts become
-``BackendTimeout``; refused or dropped connections, truncated or malformed bodies, bad
-statuses and a moved server generation become ``BackendUnavailable``. A partial response
-is never evidence.
+``BackendTimeout``; refused or dropped connections, truncated or malformed bodies and bad
+statuses become ``BackendUnavailable``. A partial response is never evidence.
+
+Snapshots. The generation is the one the server reports, read afresh each time, and
+``unknown`` when it cannot be read: never a value remembered from an earlier read. A remote
+cannot be held at a snapshot, so a run's pinned adapter checks the generation every answer
+carries: an answer from another generation than the planned one is ``SnapshotMoved``, as is
+any scan planned while the generation was unknown.
 
 Custody: hits keep the server's custody (source path, lines, hashes, chunk, corpus
 revision, rank, native score) with ``backend = "remote"``, ``rsc`` = the remote contract
@@ -20,7 +25,7 @@ server's advertised generation.
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import json
 import ssl
 import threading
@@ -33,7 +38,7 @@ import anyio
 import httpx
 from pydantic import ValidationError
 
-from backends.base import Adapter, Progress, load_contracts_beside
+from backends.base import UNKNOWN_GENERATION, Adapter, Progress, load_contracts_beside
 from backends.corpus import Corpus
 from backends.remote.protocol import (
     CONTRACTS_PATH,
@@ -52,6 +57,7 @@ from rsc import (
     InputError,
     ScanRequest,
     ScanResult,
+    SnapshotMoved,
     VersionRange,
     fingerprint,
     first_validation_error,
@@ -140,9 +146,12 @@ def decode_exchange(request: ScanRequest, exchange: Exchange, *, expected_genera
     except ValidationError as exc:
         raise BackendUnavailable(f"{exchange.url}: response {first_validation_error(exc)}", where=where) from exc
     if expected_generation is not None and body.generation != expected_generation:
-        raise BackendUnavailable(
-            f"server generation moved from {expected_generation} (planned) to {body.generation} during the run",
+        raise SnapshotMoved(
+            f"server generation moved from {expected_generation} (planned) to {body.generation}; "
+            "the answer is from another snapshot",
             where=where,
+            planned=expected_generation,
+            current=body.generation,
         )
     sent = upstream_request(request, body.contract, body.backend)
     if body.request != fingerprint(sent):
@@ -251,7 +260,8 @@ class RemoteAdapter(Adapter):
         self.timeout = timeout
         self._info = info
         self._upstream = upstream
-        self._generation = info.generation
+        self._pinned: str | None = None
+        """The generation every answer must carry (a run's pinned adapter); ``None`` checks nothing."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -291,25 +301,35 @@ class RemoteAdapter(Adapter):
         return f"remote:{self._info.identity}"
 
     def generation(self) -> str:
-        """The server's advertised generation, read fresh (blocking; the engine calls it on a worker thread).
-
-        An unreachable server keeps the last generation seen: its scans then fail as gaps.
-        """
-        with contextlib.suppress(BackendUnavailable):
-            self._generation = _fetch_info(self.base_url, self.timeout).generation
-        return self._generation
+        """The server's advertised generation, read fresh (blocking), or ``unknown`` when it
+        cannot be read. A pinned adapter answers the generation it was pinned to."""
+        if self._pinned is not None:
+            return self._pinned
+        try:
+            return _fetch_info(self.base_url, self.timeout).generation
+        except BackendUnavailable:
+            return UNKNOWN_GENERATION
 
     async def current_generation(self) -> str:
         """``generation()`` without blocking the event loop: one async ``GET /v1/contracts``."""
+        if self._pinned is not None:
+            return self._pinned
         url = self.base_url + CONTRACTS_PATH
         try:
             async with httpx.AsyncClient(timeout=self.timeout, verify=_tls(), trust_env=False) as client:
                 response = await client.get(url)
             if response.status_code == 200:
-                self._generation = _parse_info(response.content, where=url).generation
+                return _parse_info(response.content, where=url).generation
         except (httpx.HTTPError, BackendUnavailable):
             pass
-        return self._generation
+        return UNKNOWN_GENERATION
+
+    def pinned(self, generation: str) -> Adapter:
+        """This server, every answer checked to carry ``generation``; with ``unknown``, every scan
+        is refused (what was planned cannot be told from what a scan would read)."""
+        held = copy.copy(self)
+        held._pinned = generation
+        return held
 
     def statistics(self) -> BackendStatistics:
         rows = sum(s.rows for s in self._info.statistics)
@@ -326,10 +346,18 @@ class RemoteAdapter(Adapter):
         return self.decode(request, await self.fetch(request))
 
     def decode(self, request: ScanRequest, exchange: Exchange) -> ScanResult:
-        return decode_exchange(request, exchange, expected_generation=self._generation)
+        return decode_exchange(request, exchange, expected_generation=self._pinned)
 
     async def fetch(self, request: ScanRequest) -> Exchange:
         """Send one request; the raw answer, or the ``BackendError`` for a transport failure."""
+        if self._pinned == UNKNOWN_GENERATION:
+            raise SnapshotMoved(
+                "the server's generation could not be read when the run was planned, so no answer can be "
+                "tied to the planned snapshot",
+                where=request.rsc_id,
+                planned=UNKNOWN_GENERATION,
+                current=UNKNOWN_GENERATION,
+            )
         upstream = self._upstream.get(request.rsc_id)
         if upstream is None:
             raise BackendUnavailable(f"this server backs no contract {request.rsc_id}", where=request.rsc_id)
