@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -15,7 +13,6 @@ import anyio
 
 from backends import LOCAL_ADAPTERS, Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
-from race.attach import open_milvus
 from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
@@ -25,13 +22,15 @@ from race.indexing import read_manifest
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
+from race.snapshots import backends_read, pin_snapshots
 from rsc import Contract, Gap, GapKind, ObligationStatus, fingerprint, most_specific, weakest
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
 
 
-# A receipt with a gap that depends on timing or on a backend's health is never cached.
-_TRANSIENT_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
+# A receipt with a gap that depends on timing, on a backend's health or on a snapshot that
+# moved under the run is never cached.
+_TRANSIENT_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR, GapKind.SNAPSHOT_MOVED})
 
 
 _P = ParamSpec("_P")
@@ -74,8 +73,12 @@ class Engine:
             )
         )
         self._contract_refs = {f"{c.rsc_id}@{c.version}": c for c in self._contracts}
-        self._statistics_override = statistics
-        self._statistics_fp: str | None = None
+        self._statistics_fixed = statistics is not None
+        # The statistics given, or what the adapters reported by the generations they were read
+        # at; with its fingerprint.
+        self._statistics_read: tuple[tuple[tuple[str, str], ...] | None, Statistics, str] | None = (
+            (None, statistics, statistics.fingerprint) if statistics is not None else None
+        )
         self.plan_cache: PlanCache[Explain] = PlanCache()
         self.receipt_cache: PlanCache[Receipt] = PlanCache()
         self.result_cache = result_cache if result_cache is not None else ResultCache()
@@ -95,11 +98,9 @@ class Engine:
         remotes: Sequence[str] = (),
         remote_timeout: float = 5.0,
         early_stop: bool = True,
-        milvus: Sequence[Path] = (),
     ) -> Engine:
         """The local backends of ``index_dir`` and, for each base URL in ``remotes``, a
-        ``race serve`` server's contracts (backend ``remote``; one server per engine), and the
-        Milvus collection of the instance folder in ``milvus`` (``race.attach.open_milvus``)."""
+        ``race serve`` server's contracts (backend ``remote``; one server per engine)."""
         manifest = read_manifest(index_dir)
         built = manifest.get("backends", [])
         adapters: dict[str, Adapter] = {}
@@ -107,7 +108,6 @@ class Engine:
             if isinstance(built, list) and adapter.backend in built:
                 adapters[adapter.backend] = adapter.open(index_dir)
         adapters.update(connect_remotes(remotes, timeout=remote_timeout))
-        adapters.update(open_milvus(milvus))
         return cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
@@ -143,20 +143,28 @@ class Engine:
         values = await gather([partial(read, name) for name in names])
         return dict(zip(names, values, strict=True))
 
-    def statistics(self) -> Statistics:
-        if self._statistics_override is None:
-            # Adapters report statistics of the index they opened; they are read once.
-            self._statistics_override = Statistics(backends={n: a.statistics() for n, a in self.adapters.items()})
-            self._statistics_fp = self._statistics_override.fingerprint
-        return self._statistics_override
+    def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
+        """The statistics plans are costed with: the ones given to the engine, or else what the
+        adapters report, read again when a backend's generation differs from the ``generations``
+        they were last read at. A long-lived engine then costs a plan as a fresh one over the
+        same snapshots does, so both choose the same physical plan."""
+        return self._statistics(generations)[1]
 
-    def statistics_fingerprint(self) -> str:
-        if self._statistics_fp is None:
-            self._statistics_fp = self.statistics().fingerprint
-        return self._statistics_fp
+    def statistics_fingerprint(self, generations: Mapping[str, str] | None = None) -> str:
+        return self._statistics(generations)[2]
 
-    def lineage(self) -> Lineage | None:
-        graph = self.adapters.get("graph")
+    def _statistics(self, generations: Mapping[str, str] | None) -> tuple[object, Statistics, str]:
+        key = tuple(sorted(generations.items())) if generations is not None else None
+        known = self._statistics_read
+        if known is not None and (self._statistics_fixed or key is None or known[0] == key):
+            return known
+        stats = Statistics(backends={n: a.statistics() for n, a in self.adapters.items()})
+        self._statistics_read = (key, stats, stats.fingerprint)
+        return self._statistics_read
+
+    def lineage(self, adapters: Mapping[str, Adapter] | None = None) -> Lineage | None:
+        """The graph's source-dependence answers (of ``adapters``, a run's pinned ones, if given)."""
+        graph = (self.adapters if adapters is None else adapters).get("graph")
         if graph is not None and hasattr(graph, "origins") and hasattr(graph, "related"):
             return cast(Lineage, graph)
         return None
@@ -188,11 +196,11 @@ class Engine:
         # The plan's own canonical digest, computed once per plan object, stands for the plan.
         # The key is the tuple of every input itself, compared whole: as exact as a fingerprint
         # of them (it is what one would hash) and a fraction of the cost on every run.
-        key = (plan_digest(plan), self.statistics_fingerprint(), tuple(sorted(generations.items())))
+        key = (plan_digest(plan), self.statistics_fingerprint(generations), tuple(sorted(generations.items())))
         cached = self.plan_cache.get(key)
         if cached is not None:
             return cached, True
-        stats = self.statistics()
+        stats = self.statistics(generations)
         explain = compile_plan(
             plan, contracts=self._contracts, backend_generations=generations, stats=stats, where=where
         )
@@ -233,7 +241,11 @@ class Engine:
                 return cached.model_copy(update={"operational": operational})
         from race.retain import RunRecorder
 
-        recorder = RunRecorder(self.adapters, self.lineage(), retain=retain)
+        # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
+        # lands mid-run cannot change what this run reads (SPEC §7).
+        read = backends_read(explain, self.adapters)
+        adapters = await pin_snapshots(self.adapters, generations, read=read, deadline=deadline)
+        recorder = RunRecorder(adapters, self.lineage(adapters), retain=retain)
         executor = Executor(
             plan=logical,
             explain=explain,
@@ -347,32 +359,19 @@ class Engine:
     # -- sync wrappers ---------------------------------------------------------------------
 
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
-        return _blocking(lambda: self.plan(plan, where=where))
+        return anyio.run(lambda: self.plan(plan, where=where))
 
     def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        return _blocking(lambda: self.run(plan, where=where, retain=retain))
+        return anyio.run(lambda: self.run(plan, where=where, retain=retain))
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
-        return _blocking(lambda: self.replay(receipt, retained))
+        return anyio.run(lambda: self.replay(receipt, retained))
 
     def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         return anyio.run(lambda: self.run_many(plans, concurrency=concurrency))
 
 
-def _blocking(call: Callable[[], Awaitable[_R]]) -> _R:
-    """``call`` run to completion from synchronous code. Inside a running event loop (a
-    notebook, an async web handler) ``anyio.run`` cannot nest, so the coroutine runs on a
-    private loop in a worker thread while the caller's thread waits."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return anyio.run(call)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-sync") as pool:
-        return pool.submit(anyio.run, call).result()
-
-
-def connect_remotes(
-urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
+def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
     """Remote adapters by backend name. Every remote contract names the one backend ``remote``,
     so an engine reaches at most one server."""
     from backends.remote import RemoteAdapter

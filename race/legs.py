@@ -17,15 +17,13 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from backends.base import UNKNOWN_GENERATION as UNKNOWN_GENERATION
 from backends.base import Adapter
 from planner import Generations, ScanNode
 from race.answers import screen
 from race.cache import ResultCache
 from race.outcome import FAILURE_GAPS, gap
-from rsc import BackendTimeout, Contract, Gap, GapKind, ScanRequest, ScanResult, fingerprint
-
-UNKNOWN_GENERATION = "unknown"
-"""The generation of a backend whose snapshot could not be read: never a cache hit."""
+from rsc import BackendTimeout, Contract, Gap, GapKind, ScanRequest, ScanResult, SnapshotMoved, fingerprint
 
 
 @dataclass
@@ -98,19 +96,23 @@ class LegRunner:
             record[label] = LegRecord(0.0, "none", 0, "backend_error")
             why = f"backend {backend!r} is not open in this engine"
             return Answer(None, (*planned, gap(GapKind.BACKEND_ERROR, obligation, why, backend)))
+        # The snapshot the adapters are pinned to for this run: what the plan was made with.
         generation = self.generations.get(backend, UNKNOWN_GENERATION)
         contract = self.contracts.get(scan.rsc)
+        # Everything the answer depends on: the translated request (query, filters, k, mode,
+        # backend), the contract and its translator, the pinned snapshot, the caller's generations.
         key = fingerprint(
             {
                 "request": request,
+                "contract": scan.rsc,
+                "translator": contract.translator_version if contract is not None else "",
                 "generation": generation,
                 "caller": self.caller,
-                "translator": contract.translator_version if contract is not None else "",
             }
         )
         if key in self._answered:
             return Answer(self._answered[key], planned)
-        cacheable = self.cache is not None and generation != UNKNOWN_GENERATION
+        cacheable = self.cache is not None and contract is not None and generation != UNKNOWN_GENERATION
         started = time.monotonic()
         result = self.cache.get(key) if cacheable and self.cache is not None else None
         if result is not None:
@@ -158,6 +160,9 @@ class LegRunner:
             return None, gap(GapKind.TIMEOUT, obligation, f"{scan.rsc}: {failure_detail(exc)}", backend)
         except BackendTimeout as exc:
             return None, gap(GapKind.TIMEOUT, obligation, f"{scan.rsc}: {exc}", backend)
+        except SnapshotMoved as exc:
+            # The leg is refused: its backend cannot be read at the snapshot the plan was made with.
+            return None, gap(GapKind.SNAPSHOT_MOVED, obligation, f"{scan.rsc}: {exc}", backend)
         except Exception as exc:
             return None, gap(GapKind.BACKEND_ERROR, obligation, f"{scan.rsc}: {failure_detail(exc)}", backend)
         assert scope.cancelled_caught

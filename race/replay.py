@@ -42,6 +42,7 @@ from rsc import (
     ReplayError,
     ScanRequest,
     ScanResult,
+    SnapshotMoved,
     fingerprint,
     first_validation_error,
 )
@@ -50,6 +51,7 @@ _ERRORS: dict[str, type[RaceError]] = {
     "BackendError": BackendError,
     "BackendTimeout": BackendTimeout,
     "BackendUnavailable": BackendUnavailable,
+    "SnapshotMoved": SnapshotMoved,
 }
 
 
