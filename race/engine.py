@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -13,6 +15,7 @@ import anyio
 
 from backends import LOCAL_ADAPTERS, Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from race.attach import open_milvus
 from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
@@ -98,9 +101,11 @@ class Engine:
         remotes: Sequence[str] = (),
         remote_timeout: float = 5.0,
         early_stop: bool = True,
+        milvus: Sequence[Path] = (),
     ) -> Engine:
         """The local backends of ``index_dir`` and, for each base URL in ``remotes``, a
-        ``race serve`` server's contracts (backend ``remote``; one server per engine)."""
+        ``race serve`` server's contracts (backend ``remote``; one server per engine), and the
+        Milvus collection of the instance folder in ``milvus`` (``race.attach.open_milvus``)."""
         manifest = read_manifest(index_dir)
         built = manifest.get("backends", [])
         adapters: dict[str, Adapter] = {}
@@ -108,6 +113,7 @@ class Engine:
             if isinstance(built, list) and adapter.backend in built:
                 adapters[adapter.backend] = adapter.open(index_dir)
         adapters.update(connect_remotes(remotes, timeout=remote_timeout))
+        adapters.update(open_milvus(milvus))
         return cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
@@ -359,19 +365,32 @@ class Engine:
     # -- sync wrappers ---------------------------------------------------------------------
 
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
-        return anyio.run(lambda: self.plan(plan, where=where))
+        return _blocking(lambda: self.plan(plan, where=where))
 
     def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        return anyio.run(lambda: self.run(plan, where=where, retain=retain))
+        return _blocking(lambda: self.run(plan, where=where, retain=retain))
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
-        return anyio.run(lambda: self.replay(receipt, retained))
+        return _blocking(lambda: self.replay(receipt, retained))
 
     def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         return anyio.run(lambda: self.run_many(plans, concurrency=concurrency))
 
 
-def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
+def _blocking(call: Callable[[], Awaitable[_R]]) -> _R:
+    """``call`` run to completion from synchronous code. Inside a running event loop (a
+    notebook, an async web handler) ``anyio.run`` cannot nest, so the coroutine runs on a
+    private loop in a worker thread while the caller's thread waits."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(call)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-sync") as pool:
+        return pool.submit(anyio.run, call).result()
+
+
+def connect_remotes(
+urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
     """Remote adapters by backend name. Every remote contract names the one backend ``remote``,
     so an engine reaches at most one server."""
     from backends.remote import RemoteAdapter
