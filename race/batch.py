@@ -17,7 +17,8 @@ whose record is an error (the fault may have been transient), plans whose line c
 torn last line. A plan's failure, of any kind, is its error record; it never stops the others.
 Records are written in plans-file order within one invocation.
 
-Plans run through ``run_outcomes`` here, ``concurrency`` at once on one engine.
+Local runs go through ``run_outcomes`` here; ``race.distributed`` runs the same ``run_line`` on
+Ray actors, so a record does not depend on where its plan ran.
 """
 
 from __future__ import annotations
@@ -333,10 +334,12 @@ def run_batch_file(
     options: EngineOptions,
     *,
     concurrency: int = 4,
+    ray: str | None = None,
     progress: Callable[[int], Callable[[LineResult], None]] | None = None,
 ) -> BatchSummary:
     """``race batch``: every plan line of ``plans`` not yet answered in ``out``, run on one local
-    engine (``concurrency`` plans at once), each record appended in plans-file order. ``progress(total)``
+    engine (``concurrency`` plans at once) or on Ray actors (``ray``: ``local`` or an address;
+    ``concurrency`` actors), each record appended in plans-file order. ``progress(total)``
     gives the callback told of every record. Bad input of the batch itself (no plans file, no
     index, a concurrency below 1) raises before anything is written."""
     if concurrency < 1:
@@ -345,22 +348,34 @@ def run_batch_file(
     from race.indexing import read_manifest
 
     read_manifest(options.index)
-    engine = options.open()
-    done = resume(out, items)
-    todo = [item for item in items if item.line not in done]
-    summary = BatchSummary(plans=len(items), already=len(items) - len(todo))
-    told = progress(len(todo)) if progress is not None else None
+    engine = None if ray else options.open()
+    joined = False
+    if ray:
+        from race.distributed import connect, run_batch_on_ray, shutdown
 
-    with RecordWriter(out) as writer:
+        joined = connect(ray)
+    try:
+        done = resume(out, items)
+        todo = [item for item in items if item.line not in done]
+        summary = BatchSummary(plans=len(items), already=len(items) - len(todo))
+        told = progress(len(todo)) if progress is not None else None
+        with RecordWriter(out) as writer:
 
-        def emit(result: LineResult) -> None:
-            writer.write(result.record)
-            summary.add(result)
-            if told is not None:
-                told(result)
+            def emit(result: LineResult) -> None:
+                writer.write(result.record)
+                summary.add(result)
+                if told is not None:
+                    told(result)
 
-        async def run(index: int) -> LineResult:
-            return await run_line(engine, todo[index], plans=str(plans))
+            if ray:
+                run_batch_on_ray(todo, options, plans=str(plans), actors=concurrency, emit=emit)
+            else:
 
-        anyio.run(lambda: run_outcomes(run, len(todo), concurrency=concurrency, emit=lambda _, r: emit(r)))
+                async def run(index: int) -> LineResult:
+                    return await run_line(engine, todo[index], plans=str(plans))
+
+                anyio.run(lambda: run_outcomes(run, len(todo), concurrency=concurrency, emit=lambda _, r: emit(r)))
+    finally:
+        if joined:
+            shutdown()
     return summary

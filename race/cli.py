@@ -106,7 +106,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     try:
         summary = run_batch_file(
-            Path(args.plans), Path(args.out), options, concurrency=args.concurrency, progress=progress
+            Path(args.plans), Path(args.out), options, concurrency=args.concurrency, ray=args.ray, progress=progress
         )
     finally:
         for bar in bars:
@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("batch", help="run every plan of a JSONL file; one receipt or error record per line")
     p.add_argument("plans", help="JSONL: one logical plan per line, or {\"id\": ..., \"plan\": {...}}")
     p.add_argument("--out", required=True, help="JSONL records to write; plans already answered there are skipped")
-    p.add_argument("--concurrency", type=int, default=4, metavar="N", help="plans at once (default 4)")
+    p.add_argument("--concurrency", type=int, default=4, metavar="N", help="plans at once (default 4); Ray actors")
+    p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' starts a cluster here, or a cluster address")
     p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
     p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
     p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
