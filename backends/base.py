@@ -17,6 +17,7 @@ import anyio.to_thread
 from pydantic import TypeAdapter
 
 from backends.corpus import Corpus
+from backends.schema import CorpusSchema
 from rsc import (
     BackendStatistics,
     Contract,
@@ -65,7 +66,17 @@ class Adapter(ABC):
     @classmethod
     @abstractmethod
     def contracts(cls) -> tuple[Contract, ...]:
-        """The RSCs this adapter serves."""
+        """The RSCs shipped with this adapter: the templates of every index's contracts."""
+
+    generated_contracts: tuple[Contract, ...] | None = None
+    """The contracts written for the index this adapter opened (``backends.generated``)."""
+
+    corpus_schema: CorpusSchema | None = None
+    """The corpus schema of the index this adapter opened (plan filter values must fit it)."""
+
+    def index_contracts(self) -> tuple[Contract, ...]:
+        """The RSCs this adapter serves: those generated for its index, else the shipped ones."""
+        return self.generated_contracts if self.generated_contracts is not None else self.contracts()
 
     @classmethod
     @abstractmethod

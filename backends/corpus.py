@@ -1,10 +1,15 @@
 """The corpus every backend indexes: documents chunked with line spans, and typed edges.
 
-A corpus is either a folder of ``.md``/``.txt`` files (optional ``key: value`` front
-matter between ``---`` lines; ``edges.jsonl`` beside them) or a JSONL file of documents
-(``{"id", "title", "text", ...metadata}``) with an optional JSONL edges file. Markdown is
-chunked at ``##`` headings, long sections and plain text at blank lines; every chunk keeps
-its 1-based inclusive line span, character offsets, and the sha256 of its source file.
+A corpus is either a folder of ``.md``/``.txt`` files (optional YAML front matter between
+``---`` lines; ``edges.jsonl`` beside them) or a JSONL file of documents
+(``{"id", "title", "text", ...metadata}``) with an optional JSONL edges file. Which metadata
+fields and relations exist, and their types, is the corpus schema's (``backends.schema``):
+every value is validated and normalized against it here, once, and a field or relation it
+does not declare is an error naming its file and line. A JSONL record's ``text`` is only
+text: a ``---`` block at its start is not front matter and sets no metadata (I14).
+
+Markdown is chunked at ``##`` headings, long sections and plain text at blank lines; every
+chunk keeps its 1-based inclusive line span, character offsets, and the sha256 of its source.
 """
 
 from __future__ import annotations
@@ -14,21 +19,24 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import yaml
 from pydantic import Field, ValidationError
 
-from rsc import CorpusError, Record, Scalar, fingerprint, first_validation_error
+from backends.schema import CorpusSchema, default_schema, load_schema
+from rsc import CorpusError, Record, fingerprint, first_validation_error
+from rsc.records import MetadataValue
 
 METADATA_FIELDS: tuple[str, ...] = ("doc_type", "date", "component", "version", "authority", "status")
-"""Metadata fields every backend indexes for filtering, besides ``doc_id``."""
+"""The metadata fields of the default schema (the bundled corpus's), besides ``doc_id``."""
 
 EDGE_RELATIONS: tuple[str, ...] = ("cites", "supersedes", "derived_from", "mentions", "depends_on")
+"""The relations of the default schema."""
 
 _MAX_SECTION_LINES = 40
 _TEXT_PARAGRAPH_LINES = 15
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
-
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+~-]*$")
 
 class Chunk(Record):
     chunk_id: str
@@ -42,7 +50,7 @@ class Chunk(Record):
     char_start: int
     char_end: int
     source_hash: str
-    metadata: dict[str, Scalar]
+    metadata: dict[str, MetadataValue]
 
 
 class Edge(Record):
@@ -56,70 +64,72 @@ class Corpus(Record):
     revision: str
     chunks: tuple[Chunk, ...]
     edges: tuple[Edge, ...]
+    corpus_schema: CorpusSchema = Field(default_factory=default_schema)
 
     @property
     def doc_ids(self) -> tuple[str, ...]:
         return tuple(sorted({c.doc_id for c in self.chunks}))
 
 
-def load_corpus(path: Path) -> Corpus:
-    """Load a corpus folder or JSONL file; every defect names its file and line."""
+def load_corpus(path: Path, schema: CorpusSchema | None = None) -> Corpus:
+    """Load a corpus folder or JSONL file under its schema (the one beside it unless given);
+    every defect names its file and line."""
     if not path.exists():
         raise CorpusError("no such corpus file or folder", where=str(path))
+    schema = schema if schema is not None else load_schema(path)
     if path.is_dir():
-        chunks, edges_path = _load_folder(path), path / "edges.jsonl"
+        chunks, edges_path = _load_folder(path, schema), path / "edges.jsonl"
     else:
-        chunks, edges_path = _load_jsonl_documents(path), path.with_name(path.stem + ".edges.jsonl")
+        chunks, edges_path = _load_jsonl_documents(path, schema), path.with_name(path.stem + ".edges.jsonl")
         if not edges_path.exists():
             edges_path = path.parent / "edges.jsonl"
-    edges = _load_edges(edges_path) if edges_path.exists() else ()
+    edges = _load_edges(edges_path, schema) if edges_path.exists() else ()
     if not chunks:
         raise CorpusError("the corpus has no documents", where=str(path))
     ids = [c.chunk_id for c in chunks]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[0]
         raise CorpusError(f"chunk id {dup!r} occurs twice (duplicate document id?)", where=str(path))
-    revision = fingerprint(
-        {"chunks": [[c.chunk_id, c.source_hash] for c in chunks], "edges": [e.model_dump() for e in edges]}
+    content: dict[str, Any] = {
+        "chunks": [[c.chunk_id, c.source_hash] for c in chunks],
+        "edges": [e.model_dump() for e in edges],
+    }
+    # The default schema is what every corpus had before schemas were declared, so a corpus
+    # under it keeps its revision; any other schema changes the values and is part of it.
+    if schema != default_schema():
+        content["schema"] = schema.fingerprint
+    return Corpus(
+        root=str(path), revision=fingerprint(content), chunks=tuple(chunks), edges=edges, corpus_schema=schema
     )
-    return Corpus(root=str(path), revision=revision, chunks=tuple(chunks), edges=edges)
 
 
 def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, str], int]:
-    """Front matter as a dict, and the index of the first body line."""
+def parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], dict[str, int], int]:
+    """YAML front matter (every scalar a string: types are the schema's), the 1-based line of
+    each key, and the index of the first body line."""
     if not lines or lines[0].strip() != "---":
-        return {}, 0
-    meta: dict[str, str] = {}
-    for i in range(1, len(lines)):
-        line = lines[i].rstrip("\n")
-        if line.strip() == "---":
-            return meta, i + 1
-        if not line.strip():
-            continue
-        key, sep, value = line.partition(":")
-        if not sep or not key.strip():
-            raise CorpusError(f"line {i + 1}: front matter line is not 'key: value'", where=where)
-        meta[key.strip()] = value.strip()
-    raise CorpusError("front matter opened with '---' is never closed", where=where)
+        return {}, {}, 0
+    close = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if close is None:
+        raise CorpusError("front matter opened with '---' is never closed", where=where)
+    block = "".join(lines[1:close])
+    try:
+        node = yaml.compose(block, Loader=yaml.BaseLoader)
+        data = yaml.load(block, Loader=yaml.BaseLoader) if node is not None else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 2}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise CorpusError(f"{line}front matter is not YAML ({problem})", where=where) from None
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode | type(None)):
+        raise CorpusError("line 2: front matter must be a YAML mapping of 'key: value'", where=where)
+    key_lines = {str(k.value): k.start_mark.line + 2 for k, _ in node.value} if node is not None else {}
+    return data, key_lines, close + 1
 
 
-def _metadata(meta: dict[str, str], doc_id: str, where: str) -> dict[str, Scalar]:
-    out: dict[str, Scalar] = {"doc_id": doc_id}
-    for key in METADATA_FIELDS:
-        if meta.get(key):
-            out[key] = meta[key]
-    if "date" in out:
-        _check_date(str(out["date"]), where)
-    return out
-
-
-def _check_date(text: str, where: str) -> None:
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        raise CorpusError(f"date {text!r} is not YYYY-MM-DD", where=where)
 
 
 def _sections(lines: list[str], body_start: int, markdown: bool) -> Iterable[tuple[int, int, str]]:
@@ -169,15 +179,21 @@ def _split_long(lines: list[str], first: int, last: int, heading: str, limit: in
 
 
 def chunk_document(
-    *, doc_id: str, text: str, source_path: str, source_hash: str, meta: dict[str, str], markdown: bool, where: str
+    *,
+    doc_id: str,
+    title: str,
+    text: str,
+    body_start: int,
+    source_path: str,
+    source_hash: str,
+    metadata: dict[str, MetadataValue],
+    markdown: bool,
 ) -> list[Chunk]:
+    """The chunks of one document whose metadata is already validated; lines before
+    ``body_start`` (front matter) belong to no chunk."""
     lines = text.splitlines(keepends=True)
-    front, body_start = _parse_front_matter(lines, where) if markdown else ({}, 0)
-    title = meta.get("title") or front.get("title") or ""
     if not title and markdown:
         title = next((ln[2:].strip() for ln in lines[body_start:] if ln.startswith("# ")), "")
-    merged = {**front, **meta}
-    metadata = _metadata(merged, doc_id, where)
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
@@ -203,11 +219,12 @@ def chunk_document(
     return chunks
 
 
-def _load_folder(root: Path) -> list[Chunk]:
+def _load_folder(root: Path, schema: CorpusSchema) -> list[Chunk]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".md", ".txt"))
     files = [p for p in files if p.name.lower() != "readme.md" or p.parent != root]
     chunks: list[Chunk] = []
     seen: dict[str, str] = {}
+    own = frozenset({schema.id_field, schema.title_field})
     for path in files:
         rel = path.relative_to(root).as_posix()
         data = path.read_bytes()
@@ -216,44 +233,72 @@ def _load_folder(root: Path) -> list[Chunk]:
         except UnicodeDecodeError as exc:
             raise CorpusError(f"not UTF-8 text (byte {exc.start})", where=rel) from exc
         markdown = path.suffix == ".md"
-        front, _ = _parse_front_matter(text.splitlines(keepends=True), rel) if markdown else ({}, 0)
-        doc_id = front.get("id") or path.relative_to(root).with_suffix("").as_posix()
-        if not _ID.match(doc_id):
-            raise CorpusError(f"document id {doc_id!r} has characters outside [A-Za-z0-9_.:/-]", where=rel)
+        lines = text.splitlines(keepends=True)
+        front, key_lines, body_start = parse_front_matter(lines, rel) if markdown else ({}, {}, 0)
+        doc_id = front.get(schema.id_field) or path.relative_to(root).with_suffix("").as_posix()
+        where_id = f"{rel}:{key_lines[schema.id_field]}" if schema.id_field in key_lines else rel
+        if not isinstance(doc_id, str) or not _ID.match(doc_id):
+            raise CorpusError(f"document id {doc_id!r} has characters outside [A-Za-z0-9_.:/+~-]", where=where_id)
         if doc_id in seen:
-            raise CorpusError(f"document id {doc_id!r} is also used by {seen[doc_id]}", where=rel)
+            raise CorpusError(f"document id {doc_id!r} is also used by {seen[doc_id]}", where=where_id)
         seen[doc_id] = rel
+        title = front.get(schema.title_field) or ""
+        if not isinstance(title, str):
+            raise CorpusError(f"field {schema.title_field!r} must be a string", where=rel)
+        metadata: dict[str, MetadataValue] = {"doc_id": doc_id}
+        metadata.update(schema.metadata(front, where=rel, lines=key_lines, skip=own))
         chunks += chunk_document(
-            doc_id=doc_id, text=text, source_path=rel, source_hash=_sha256(data), meta={}, markdown=markdown, where=rel
+            doc_id=doc_id,
+            title=title,
+            text=text,
+            body_start=body_start,
+            source_path=rel,
+            source_hash=_sha256(data),
+            metadata=metadata,
+            markdown=markdown,
         )
     return chunks
 
 
-def _load_jsonl_documents(path: Path) -> list[Chunk]:
+def _load_jsonl_documents(path: Path, schema: CorpusSchema) -> list[Chunk]:
     chunks: list[Chunk] = []
+    own = frozenset({schema.id_field, schema.title_field, schema.text_field, "path"})
+    seen: dict[str, str] = {}
     for lineno, raw in _jsonl(path):
         where = f"{path.name}:{lineno}"
-        doc_id, text = raw.get("id"), raw.get("text")
+        doc_id, text, title = raw.get(schema.id_field), raw.get(schema.text_field), raw.get(schema.title_field, "")
         if not isinstance(doc_id, str) or not _ID.match(doc_id):
-            raise CorpusError("field 'id' must be a string of [A-Za-z0-9_.:/-]", where=where)
+            raise CorpusError(f"field {schema.id_field!r} must be a string of [A-Za-z0-9_.:/+~-]", where=where)
+        if doc_id in seen:
+            raise CorpusError(f"document id {doc_id!r} is also used at line {seen[doc_id]}", where=where)
+        seen[doc_id] = str(lineno)
         if not isinstance(text, str):
-            raise CorpusError("field 'text' must be a string", where=where)
-        meta = {k: str(v) for k, v in raw.items() if k not in ("id", "text") and isinstance(v, str | int | float)}
+            raise CorpusError(f"field {schema.text_field!r} must be a string", where=where)
+        if not isinstance(title, str):
+            raise CorpusError(f"field {schema.title_field!r} must be a string", where=where)
+        metadata: dict[str, MetadataValue] = {"doc_id": doc_id}
+        metadata.update(schema.metadata(raw, where=where, skip=own))
         source = str(raw.get("path") or f"{path.name}#{doc_id}")
+        # The text is data: a '---' block at its start is text, never front matter (I14).
         chunks += chunk_document(
             doc_id=doc_id,
+            title=title,
             text=text,
+            body_start=0,
             source_path=source,
             source_hash=_sha256(text.encode("utf-8")),
-            meta=meta,
+            metadata=metadata,
             markdown=True,
-            where=where,
         )
     return chunks
 
 
 def _jsonl(path: Path) -> Iterable[tuple[int, dict[str, object]]]:
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"not UTF-8 text (byte {exc.start})", where=path.name) from exc
+    for lineno, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -265,7 +310,7 @@ def _jsonl(path: Path) -> Iterable[tuple[int, dict[str, object]]]:
         yield lineno, raw
 
 
-def _load_edges(path: Path) -> tuple[Edge, ...]:
+def _load_edges(path: Path, schema: CorpusSchema) -> tuple[Edge, ...]:
     edges = []
     for lineno, raw in _jsonl(path):
         where = f"{path.name}:{lineno}"
@@ -273,7 +318,10 @@ def _load_edges(path: Path) -> tuple[Edge, ...]:
             edge = Edge.model_validate(raw)
         except ValidationError as exc:
             raise CorpusError(first_validation_error(exc), where=where) from exc
-        if edge.relation not in EDGE_RELATIONS:
-            raise CorpusError(f"relation {edge.relation!r} is not one of {', '.join(EDGE_RELATIONS)}", where=where)
+        if edge.relation not in schema.relations:
+            raise CorpusError(
+                f"relation {edge.relation!r} is not in the corpus schema ({', '.join(sorted(schema.relations))})",
+                where=where,
+            )
         edges.append(edge)
     return tuple(sorted(edges, key=lambda e: (e.src, e.relation, e.dst)))

@@ -13,7 +13,8 @@ import math
 
 from backends.base import request_fingerprint
 from race.outcome import gap
-from rsc import Gap, GapKind, Hit, Scalar, ScanRequest, ScanResult, ScoreKind
+from rsc import Gap, GapKind, Hit, ScanRequest, ScanResult, ScoreKind
+from rsc.records import MetadataValue
 
 # Native scores each kind admits; a tolerance absorbs float32 rounding around exact bounds.
 _TOLERANCE = 1e-5
@@ -82,6 +83,6 @@ def _malformed(
     return None
 
 
-def _fields(hit: Hit) -> dict[str, Scalar]:
+def _fields(hit: Hit) -> dict[str, MetadataValue]:
     """What a pushed filter may name: the metadata and the hit's own identity."""
     return {**hit.metadata, "doc_id": hit.doc_id, "chunk_id": hit.chunk_id}

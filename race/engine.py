@@ -21,7 +21,7 @@ from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
 from race.context import gather
 from race.executor import Executor, Lineage
-from race.indexing import read_manifest
+from race.indexing import check_plan_filters, read_manifest
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
@@ -71,7 +71,7 @@ class Engine:
         self.early_stop = early_stop
         self._contracts = tuple(
             sorted(
-                [c for a in self.adapters.values() for c in a.contracts()] + list(extra_contracts),
+                [c for a in self.adapters.values() for c in a.index_contracts()] + list(extra_contracts),
                 key=lambda c: (c.rsc_id, c.version),
             )
         )
@@ -206,6 +206,7 @@ class Engine:
         cached = self.plan_cache.get(key)
         if cached is not None:
             return cached, True
+        check_plan_filters(plan, self.adapters.values(), where=where)
         stats = self.statistics(generations)
         explain = compile_plan(
             plan, contracts=self._contracts, backend_generations=generations, stats=stats, where=where

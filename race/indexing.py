@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from backends import LOCAL_ADAPTERS, load_corpus
+from backends import LOCAL_ADAPTERS, Adapter, load_corpus
+from backends.schema import CorpusSchema, check_filter, parse_schema, schema_document
+from planner import LogicalPlan
 from rsc import IndexMissingError, InputError
 
 INDEX_SCHEMA_VERSION = "race.index/1"
 MANIFEST = "race-index.json"
+SCHEMA = "schema.json"
+"""The corpus schema the index was built under, beside the manifest."""
 
 Report = Callable[[str, int, int], None]
 
@@ -51,6 +55,7 @@ def build_index(corpus_path: Path, out: Path, report: Report | None = None) -> d
             "edges": len(corpus.edges),
             "backends": sorted(generations),
         }
+        (staging / SCHEMA).write_text(schema_document(corpus.corpus_schema))
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -73,3 +78,25 @@ def read_manifest(index_dir: Path) -> dict[str, object]:
     if not isinstance(data, dict) or data.get("schema_version") != INDEX_SCHEMA_VERSION:
         raise IndexMissingError(f"{MANIFEST} has an unknown schema_version", where=str(index_dir))
     return data
+
+
+def read_index_schema(index_dir: Path) -> CorpusSchema | None:
+    """The corpus schema an index was built under; ``None`` for an index built before schemas."""
+    path = index_dir / SCHEMA
+    if not path.is_file():
+        return None
+    return parse_schema(path.read_bytes(), where=str(path))
+
+
+def check_plan_filters(plan: LogicalPlan, adapters: Iterable[Adapter], *, where: str) -> None:
+    """Every filter of the plan whose value does not fit its field's type, in the corpus schema
+    the adapters' index was built under, is bad input."""
+    schema = next((a.corpus_schema for a in adapters if a.corpus_schema is not None), None)
+    if schema is None:
+        return
+    for ob in plan.obligations:
+        for flt in (*ob.hard_filters, *ob.soft_filters):
+            check_filter(schema, flt, where=f"{where}: obligation {ob.id}")
+    for op in plan.operators:
+        for flt in getattr(op, "filters", ()):
+            check_filter(schema, flt, where=f"{where}: operator {op.id}")

@@ -87,7 +87,7 @@ class IndexService:
             raise InputError("the index has no backends to serve")
         self.adapters = dict(sorted(adapters.items()))
         self.portal = portal
-        self._served = {c.ref: name for name, a in self.adapters.items() for c in a.contracts()}
+        self._served = {c.ref: name for name, a in self.adapters.items() for c in a.index_contracts()}
         self._lock = threading.Lock()
 
     @property
@@ -100,7 +100,7 @@ class IndexService:
         return "race-serve:" + fingerprint(generations)
 
     def contracts_document(self) -> dict[str, Any]:
-        contracts = sorted((c for a in self.adapters.values() for c in a.contracts()), key=lambda c: c.ref)
+        contracts = sorted((c for a in self.adapters.values() for c in a.index_contracts()), key=lambda c: c.ref)
         return {
             "schema_version": PROTOCOL_VERSION,
             "identity": self.identity,

@@ -8,6 +8,7 @@ adapter answers, hits with full custody and the gaps the adapter itself observed
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -15,7 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rsc.canonical import CanonicalFloat
 from rsc.vocab import FilterOp, GapKind, GapSeverity, ScoreKind
 
-Scalar = str | int | CanonicalFloat | bool
+Scalar = bool | str | int | CanonicalFloat
+"""A filter operand or metadata scalar. ``bool`` comes first: serializing the union tries its
+members in order, and a bool is also an int (and a float to ``CanonicalFloat``), so True
+would otherwise be written as 1."""
+MetadataValue = Scalar | tuple[str, ...]
+"""A document's metadata value: a scalar, or the sorted values of a multi-valued keyword."""
 
 
 class Record(BaseModel):
@@ -53,10 +59,14 @@ class Filter(Record):
             raise ValueError(f"filter on {self.field!r}: op 'range' needs 'gte' and/or 'lte'")
         return self
 
-    def matches(self, metadata: dict[str, Scalar]) -> bool:
+    def matches(self, metadata: Mapping[str, MetadataValue]) -> bool:
         if self.field not in metadata:
             return False
-        actual = _comparable(metadata[self.field])
+        value = metadata[self.field]
+        if isinstance(value, tuple | list):
+            # A multi-valued keyword matches when any of its values does.
+            return any(self.matches({self.field: item}) for item in value)
+        actual = _comparable(value)
         if self.op is FilterOp.EQ:
             assert self.value is not None
             return actual == _comparable(self.value)
@@ -157,7 +167,7 @@ class Hit(Record):
     chunk_id: str
     title: str = ""
     text: str = ""
-    metadata: dict[str, Scalar] = Field(default_factory=dict)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
     custody: Custody
 
 

@@ -30,6 +30,7 @@ from backends.base import (
     request_fingerprint,
 )
 from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
+from backends.generated import generate_contracts, read_contracts, write_contracts
 from backends.graph.store import (
     DOCUMENT,
     ENTITY_PREFIX,
@@ -40,7 +41,9 @@ from backends.graph.store import (
     lineage_edges,
     origin_components,
     read_graph,
+    read_schema,
     write_graph,
+    write_schema,
 )
 from backends.graph.traverse import Direction, Reach, bounded_reach
 from rsc import (
@@ -108,14 +111,20 @@ class GraphAdapter(Adapter):
     @classmethod
     def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
         graph = graph_from_corpus(corpus, progress)
-        return write_graph(graph, index_dir / cls.backend, corpus_revision=corpus.revision)
+        folder = index_dir / cls.backend
+        write_schema(folder, corpus.corpus_schema)
+        write_contracts(folder, generate_contracts(cls.contracts(), corpus.corpus_schema))
+        return write_graph(graph, folder, corpus_revision=corpus.revision)
 
     @classmethod
     def open(cls, index_dir: Path) -> Self:
         path = index_dir / cls.backend / GRAPH_FILE
         stamp = _stamp(path) if path.is_file() else None
         graph, generation, revision = read_graph(path)
-        return cls(_Snapshot(graph, generation, revision, stamp), path=path)
+        adapter = cls(_Snapshot(graph, generation, revision, stamp), path=path)
+        adapter.generated_contracts = read_contracts(path.parent)
+        adapter.corpus_schema = read_schema(path.parent)
+        return adapter
 
     @classmethod
     def from_graph(cls, graph: Any, *, corpus_revision: str = "in-memory") -> Self:
@@ -179,7 +188,7 @@ class GraphAdapter(Adapter):
         for _, attrs in graph.nodes(data=True):
             if attrs["kind"] != DOCUMENT:
                 continue
-            for field in METADATA_FIELDS:
+            for field in graph.graph.get("fields", METADATA_FIELDS):
                 if field in attrs["metadata"]:
                     value = str(attrs["metadata"][field])
                     counts.setdefault(field, {}).setdefault(value, 0)
@@ -204,10 +213,10 @@ class GraphAdapter(Adapter):
 
     def related(self, ids: Sequence[str], relation: str, direction: str = "out") -> dict[str, tuple[str, ...]]:
         """Each id -> the ids one ``relation`` edge away in ``direction`` (sorted); unknown ids map to ()."""
-        relations = _relations((relation,), where="related")
+        graph = self._current().graph
+        relations = _relations((relation,), graph, where="related")
         if direction not in _DIRECTIONS:
             raise InputError(f"direction must be one of {', '.join(_DIRECTIONS)}, not {direction!r}", where="related")
-        graph = self._current().graph
         out: dict[str, tuple[str, ...]] = {}
         for node in sorted(set(ids)):
             if node not in graph:
@@ -246,7 +255,7 @@ class GraphAdapter(Adapter):
             first_hop = 0
         else:
             depth = 1 if request.mode == "graph_neighbors" else pattern.depth
-            relations = _relations(pattern.relations, where=f"{request.obligation}.query.pattern.relations")
+            relations = _relations(pattern.relations, graph, where=f"{request.obligation}.query.pattern.relations")
             reach = bounded_reach(
                 graph,
                 seeds,
@@ -323,10 +332,11 @@ def _resolve(graph: Any, wanted: Sequence[str]) -> tuple[list[str], list[str]]:
     return sorted(found), sorted(unknown)
 
 
-def _relations(names: Sequence[str], *, where: str) -> frozenset[str] | None:
-    bad = sorted(set(names) - set(EDGE_RELATIONS))
+def _relations(names: Sequence[str], graph: Any, *, where: str) -> frozenset[str] | None:
+    known = tuple(graph.graph.get("relations", EDGE_RELATIONS))
+    bad = sorted(set(names) - set(known))
     if bad:
-        raise InputError(f"unknown relation {bad[0]!r}; relations are {', '.join(EDGE_RELATIONS)}", where=where)
+        raise InputError(f"unknown relation {bad[0]!r}; relations are {', '.join(known)}", where=where)
     return frozenset(names) if names else None
 
 

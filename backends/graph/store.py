@@ -27,9 +27,12 @@ import networkx as nx
 
 from backends.base import Progress
 from backends.corpus import EDGE_RELATIONS, Corpus
+from backends.schema import CorpusSchema, RelationRole, default_schema
 from rsc import IndexMissingError, canonical_json, fingerprint
 
 GRAPH_FILE = "graph.json"
+SCHEMA_FILE = "schema.json"
+"""The corpus schema beside the graph: which relations exist and which of them are lineage."""
 GRAPH_SCHEMA_VERSION = "race.graph/1"
 DOCUMENT = "document"
 ENTITY = "entity"
@@ -49,6 +52,7 @@ def graph_from_corpus(corpus: Corpus, progress: Progress | None = None) -> Any:
     lines, source = _edge_lines(corpus)
     graph = nx.MultiDiGraph()
     graph.graph["edges_source"] = source
+    _describe(graph, corpus.corpus_schema)
     first_chunks: dict[str, Any] = {}
     chunk_ids: dict[str, list[str]] = {}
     for chunk in corpus.chunks:
@@ -131,6 +135,29 @@ def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _describe(graph: Any, schema: CorpusSchema) -> None:
+    """Record the schema's relations and fields on the graph object (not its content: they
+    are the schema's, which the index records beside the graph)."""
+    graph.graph["relations"] = tuple(sorted(schema.relations))
+    graph.graph["lineage_relations"] = schema.relations_with(RelationRole.DERIVED_FROM)
+    graph.graph["fields"] = tuple(schema.filterable())
+
+
+def write_schema(folder: Path, schema: CorpusSchema) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SCHEMA_FILE).write_text(schema.model_dump_json(indent=1) + "\n", encoding="utf-8")
+
+
+def read_schema(folder: Path) -> CorpusSchema:
+    path = folder / SCHEMA_FILE
+    if not path.is_file():
+        return default_schema()
+    try:
+        return CorpusSchema.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise IndexMissingError(f"unreadable corpus schema ({exc}); rebuild the index", where=str(path)) from exc
+
+
 def check_graph(graph: Any) -> None:
     """Refuse a graph that does not follow the layout (used for graphs handed in from memory)."""
     if not isinstance(graph, nx.MultiDiGraph):
@@ -150,10 +177,11 @@ def check_graph(graph: Any) -> None:
             raise ValueError(f"node {node!r}: kind must be 'document' or 'entity', not {kind!r}")
         if missing:
             raise ValueError(f"node {node!r}: missing attributes {missing}")
-    relations = set(EDGE_RELATIONS)
+    names = tuple(graph.graph.get("relations", EDGE_RELATIONS))
+    relations = set(names)
     for src, dst, key in graph.edges(keys=True):
         if key not in relations:
-            raise ValueError(f"edge {src!r} -> {dst!r}: key must be a relation of {EDGE_RELATIONS}, not {key!r}")
+            raise ValueError(f"edge {src!r} -> {dst!r}: key must be a relation of {names}, not {key!r}")
 
 
 def content(graph: Any) -> dict[str, Any]:
@@ -181,7 +209,7 @@ def generation_of(graph: Any) -> str:
 
 def lineage_edges(graph: Any) -> list[tuple[str, str, str]]:
     """The source-dependence subgraph as sorted (src, relation, dst) triples."""
-    lineage = set(LINEAGE_RELATIONS)
+    lineage = set(graph.graph.get("lineage_relations", LINEAGE_RELATIONS))
     return sorted((src, key, dst) for src, dst, key in graph.edges(keys=True) if key in lineage)
 
 
@@ -257,6 +285,7 @@ def read_graph(path: Path) -> tuple[Any, str, str]:
         raise IndexMissingError(f"graph index is not {GRAPH_SCHEMA_VERSION}; rebuild it", where=str(path))
     graph = nx.MultiDiGraph()
     graph.graph["edges_source"] = document["edges_source"]
+    _describe(graph, read_schema(path.parent))
     for row in document["nodes"]:
         attrs = {k: v for k, v in row.items() if k != "id"}
         if "chunks" in attrs:

@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 import pyarrow as pa
-from lancedb.index import Bitmap, BTree, IvfFlat
+from lancedb.index import Bitmap, BTree, IvfFlat, LabelList
 from lancedb.query import LanceVectorQueryBuilder
 from lancedb.table import Table
 
@@ -53,8 +53,10 @@ from backends.base import (
     custody_hits,
     load_contracts_beside,
 )
-from backends.corpus import METADATA_FIELDS, Chunk, Corpus
+from backends.corpus import Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from backends.generated import generate_contracts, read_contracts, schema_json, schema_of, write_contracts
+from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -82,12 +84,30 @@ MODE_ANN_PREFILTER: Final = "vector_ann_prefilter"
 MODE_ANN_POSTFILTER: Final = "vector_ann_postfilter"
 MODES: Final = (MODE_FLAT, MODE_ANN_PREFILTER, MODE_ANN_POSTFILTER)
 
-FILTER_FIELDS: Final = ("chunk_id", "doc_id", *METADATA_FIELDS)
-RANGE_FIELDS: Final = frozenset({"date"})
-# High-cardinality or range-queried fields get a BTREE; the small keyword vocabularies a BITMAP.
-BTREE_FIELDS: Final = frozenset({"chunk_id", "doc_id", "date"})
-COUNTED_FIELDS: Final = METADATA_FIELDS
-"""Fields whose value counts ``statistics()`` reports; ``doc_id`` is left out as unbounded."""
+IDENTITY_FIELDS: Final = ("chunk_id", "doc_id")
+_COLUMN_TYPES: Final = {
+    FieldType.KEYWORD: pa.string(),
+    FieldType.KEYWORDS: pa.list_(pa.string()),
+    FieldType.DATE: pa.string(),
+    FieldType.DATETIME: pa.int64(),
+    FieldType.INTEGER: pa.int64(),
+    FieldType.FLOAT: pa.float64(),
+    FieldType.BOOLEAN: pa.bool_(),
+}
+"""The column of each schema type. Dates are ISO strings (string order is date order);
+datetimes microseconds since the epoch, so that instants compare as numbers."""
+_COUNTED_TYPES: Final = frozenset(
+    {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
+)
+"""Types whose value counts ``statistics()`` reports; ``doc_id`` is left out as unbounded."""
+
+
+def _scalar_index(kind: FieldType | None) -> BTree | Bitmap | LabelList:
+    """High-cardinality or range-queried fields get a BTREE, small keyword vocabularies a BITMAP,
+    multi-valued keywords a LABEL_LIST (which serves ``array_has_any``)."""
+    if kind is None or kind in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
+        return BTree()
+    return LabelList() if kind is FieldType.KEYWORDS else Bitmap()
 
 ANN_MIN_NPROBES: Final = 20
 """IVF partitions probed at least (LanceDB's default). The prefilter mode may widen past it."""
@@ -187,25 +207,50 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def filter_sql(filters: Sequence[Filter]) -> str | None:
+def _sql_literal(kind: FieldType, value: object) -> str | None:
+    """A filter operand as an SQL literal of the column's type; ``None`` if no stored value can
+    equal it (``Filter.matches`` never equates a string with a number or a boolean)."""
+    if kind in (FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE):
+        return _sql_string(value) if isinstance(value, str) else None
+    if kind is FieldType.BOOLEAN:
+        return ("TRUE" if value else "FALSE") if isinstance(value, bool) else None
+    if kind is FieldType.DATETIME:
+        return str(datetime_micros(value)) if isinstance(value, str) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if kind is FieldType.INTEGER:
+        return str(value) if isinstance(value, int) else repr(float(value))
+    return repr(float(value))
+
+
+def filter_sql(filters: Sequence[Filter], schema: CorpusSchema | None = None) -> str | None:
     """One SQL predicate for all filters (AND), or None when there are none.
 
-    Stored metadata values are strings, and ``Filter.matches`` never equates a string with
-    a number or boolean, so a non-string operand matches nothing here either (``FALSE``)
-    rather than being cast. Dates are ISO strings, so string order is date order.
+    Each operand is written as a literal of its column's type; one that no stored value can
+    equal matches nothing (``FALSE``) rather than being cast. A multi-valued keyword matches
+    when it holds any of the values (``array_has_any``).
     """
+    fields = (schema or default_schema()).filterable()
     parts: list[str] = []
     for flt in filters:
-        if flt.field not in FILTER_FIELDS:
+        spec = fields.get(flt.field)
+        if spec is None and flt.field not in IDENTITY_FIELDS:
             raise BackendUnavailable(f"lancedb cannot filter on field {flt.field!r}", where="lancedb")
+        kind = spec.type if spec is not None else FieldType.KEYWORD
         column = f"`{flt.field}`"
-        if flt.op is FilterOp.EQ:
-            parts.append(f"{column} = {_sql_string(flt.value)}" if isinstance(flt.value, str) else "FALSE")
-        elif flt.op is FilterOp.IN:
-            strings = [v for v in flt.values if isinstance(v, str)]
-            parts.append(f"{column} IN ({', '.join(_sql_string(v) for v in strings)})" if strings else "FALSE")
+        if flt.op in (FilterOp.EQ, FilterOp.IN):
+            operands = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+            literals = [lit for lit in (_sql_literal(kind, v) for v in operands) if lit is not None]
+            if not literals:
+                parts.append("FALSE")
+            elif kind is FieldType.KEYWORDS:
+                parts.append(f"array_has_any({column}, [{', '.join(literals)}])")
+            elif len(literals) == 1 and flt.op is FilterOp.EQ:
+                parts.append(f"{column} = {literals[0]}")
+            else:
+                parts.append(f"{column} IN ({', '.join(literals)})")
         else:
-            if flt.field not in RANGE_FIELDS:
+            if kind not in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
                 raise BackendUnavailable(
                     f"range filter on keyword field {flt.field!r} is not supported", where="lancedb"
                 )
@@ -213,7 +258,8 @@ def filter_sql(filters: Sequence[Filter]) -> str | None:
             for op, bound in bounds:
                 if bound is None:
                     continue
-                parts.append(f"{column} {op} {_sql_string(bound)}" if isinstance(bound, str) else "FALSE")
+                literal = _sql_literal(kind, bound)
+                parts.append(f"{column} {op} {literal}" if literal is not None else "FALSE")
     if not parts:
         return None
     return " AND ".join(f"({p})" for p in parts)
@@ -224,7 +270,7 @@ def chunk_text(chunk: Chunk) -> str:
     return "\n".join(part for part in (chunk.title, chunk.section, chunk.text) if part)
 
 
-def _schema(dims: int) -> pa.Schema:
+def _schema(dims: int, corpus_schema: CorpusSchema) -> pa.Schema:
     fields = [
         pa.field("chunk_id", pa.string(), nullable=False),
         pa.field("doc_id", pa.string(), nullable=False),
@@ -239,27 +285,37 @@ def _schema(dims: int) -> pa.Schema:
         pa.field("source_hash", pa.string()),
         pa.field("corpus_revision", pa.string()),
         pa.field("metadata_json", pa.string()),
-        *[pa.field(name, pa.string()) for name in METADATA_FIELDS],
+        *[pa.field(name, _COLUMN_TYPES[spec.type]) for name, spec in corpus_schema.filterable().items()],
         pa.field(VECTOR, pa.list_(pa.float32(), dims)),
     ]
     return pa.schema(fields)
 
 
-def chunk_rows(chunks: Sequence[Chunk], vectors: npt.NDArray[np.float32], corpus_revision: str, dims: int) -> pa.Table:
+def chunk_rows(
+    chunks: Sequence[Chunk],
+    vectors: npt.NDArray[np.float32],
+    corpus_revision: str,
+    dims: int,
+    corpus_schema: CorpusSchema | None = None,
+) -> pa.Table:
     """Arrow rows for chunks and their vectors, in the table's schema."""
+    corpus_schema = corpus_schema or default_schema()
+    fields = corpus_schema.filterable()
     columns: dict[str, list[Any]] = {name: [] for name in _CHUNK_COLUMNS}
-    for name in METADATA_FIELDS:
+    for name in fields:
         columns[name] = []
     for chunk in chunks:
         for name in _CHUNK_FIELDS:
             columns[name].append(getattr(chunk, name))
         columns["corpus_revision"].append(corpus_revision)
         columns["metadata_json"].append(json.dumps(chunk.metadata, sort_keys=True))
-        for name in METADATA_FIELDS:
+        for name, spec in fields.items():
             value = chunk.metadata.get(name)
-            columns[name].append(None if value is None else str(value))
+            if value is not None and spec.type is FieldType.DATETIME:
+                value = datetime_micros(str(value))
+            columns[name].append(list(value) if isinstance(value, tuple) else value)
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
-    schema = _schema(dims)
+    schema = _schema(dims, corpus_schema)
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema if f.name != VECTOR]
     arrays.append(pa.FixedSizeListArray.from_arrays(flat, dims))
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -332,6 +388,7 @@ class LanceAdapter(Adapter):
     def __init__(self, path: Path, manifest: dict[str, Any], embedder: Embedder) -> None:
         self._path = path
         self._manifest = manifest
+        self._corpus_schema = schema_of(manifest)
         self._embedder = embedder
         self._embedder_identity = EmbedderIdentity.model_validate(manifest["embedder"])
         self._embedder_fingerprint = fingerprint(self._embedder_identity)
@@ -376,14 +433,18 @@ class LanceAdapter(Adapter):
             if progress:
                 progress(start + len(batch), len(chunks))
         db = lancedb.connect(str(path))
-        table = db.create_table(TABLE, chunk_rows(chunks, vectors, corpus.revision, identity.dims))
+        schema = corpus.corpus_schema
+        table = db.create_table(TABLE, chunk_rows(chunks, vectors, corpus.revision, identity.dims, schema))
         # Column positionally: LanceDB 0.40 misreads `column=` together with `config=`.
         table.create_index(VECTOR, config=ann_index_config(len(chunks)), name=VECTOR_INDEX)
-        for name in FILTER_FIELDS:
-            table.create_index(name, config=BTree() if name in BTREE_FIELDS else Bitmap())
+        for name in IDENTITY_FIELDS:
+            table.create_index(name, config=_scalar_index(None))
+        for name, spec in schema.filterable().items():
+            table.create_index(name, config=_scalar_index(spec.type))
         manifest = {
             "corpus_revision": corpus.revision,
             "embedder": identity.model_dump(mode="json"),
+            "schema": schema_json(schema),
             "table": TABLE,
             "ann_index": {
                 "type": "IVF_FLAT",
@@ -394,6 +455,7 @@ class LanceAdapter(Adapter):
             },
         }
         (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
+        write_contracts(path, generate_contracts(cls.contracts(), schema))
         return cls.open(index_dir, embedder=embedder).generation()
 
     @classmethod
@@ -413,7 +475,10 @@ class LanceAdapter(Adapter):
                 "rebuild with `race index`",
                 where=str(path),
             )
-        return cls(path, manifest, embedder)
+        adapter = cls(path, manifest, embedder)
+        adapter.generated_contracts = read_contracts(path)
+        adapter.corpus_schema = adapter._corpus_schema
+        return adapter
 
     @property
     def identity(self) -> str:
@@ -586,10 +651,14 @@ class LanceAdapter(Adapter):
         snap = self.snapshot()
         if self._stats is not None and self._stats[0] == snap.manifest:
             return self._stats[1]
-        data = snap.table.search().select(list(COUNTED_FIELDS)).limit(None).to_arrow()
+        counted = [name for name, spec in self._corpus_schema.filterable().items() if spec.type in _COUNTED_TYPES]
+        data = snap.table.search().select(counted).limit(None).to_arrow() if counted else None
         counts: dict[str, dict[str, int]] = {}
-        for name in COUNTED_FIELDS:
+        for name in counted:
+            assert data is not None
             column = data.column(name).drop_null()
+            if pa.types.is_list(column.type):
+                column = pa.compute.list_flatten(column)
             if len(column) == 0:
                 continue
             pairs = column.value_counts().to_pylist()
@@ -613,7 +682,7 @@ class LanceAdapter(Adapter):
             snap.table,
             request.mode,
             vector,
-            filter_sql(native),
+            filter_sql(native, self._corpus_schema),
             request.k,
             nprobes=self._nprobes,
             fast_search=_fast(request),
@@ -627,8 +696,8 @@ class LanceAdapter(Adapter):
         if not text:
             raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         native, after = _split_filters(request)
-        where = filter_sql(native)
-        every = filter_sql((*request.pushed, *request.residual))
+        where = filter_sql(native, self._corpus_schema)
+        every = filter_sql((*request.pushed, *request.residual), self._corpus_schema)
         fast_search = _fast(request)
         snap = self.snapshot()
         generation = self._generation(snap)

@@ -36,7 +36,9 @@ from backends.base import (
     custody_hits,
     load_contracts_beside,
 )
-from backends.corpus import METADATA_FIELDS, Corpus
+from backends.corpus import Corpus
+from backends.generated import generate_contracts, read_contracts, schema_json, schema_of, write_contracts
+from backends.schema import CorpusSchema, FieldType, datetime_micros
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -54,7 +56,10 @@ from rsc import (
 
 ANALYZER = "race_en"
 TEXT_FIELDS = ("title", "section", "text")
-KEYWORD_FIELDS = ("doc_id", "chunk_id", *(f for f in METADATA_FIELDS if f != "date"))
+KEYWORD_FIELDS = ("doc_id", "chunk_id")
+_RAW_TYPES = frozenset({FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.BOOLEAN})
+"""Schema types indexed as raw terms (a boolean as ``true``/``false``); the others as numbers."""
+_COUNTED_TYPES = frozenset({FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.BOOLEAN, FieldType.INTEGER})
 _WRITER_HEAP = 50_000_000
 _EXACT_SET_CAP = 10_000
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
@@ -70,15 +75,48 @@ def _analyzer() -> tantivy.TextAnalyzer:
     )
 
 
-def _schema() -> tantivy.Schema:
+def _schema(corpus_schema: CorpusSchema) -> tantivy.Schema:
+    """Text fields, identity and keyword fields as raw fast terms, dates (``YYYYMMDD``),
+    datetimes (microseconds since the epoch) and integers as i64, floats as f64."""
     builder = tantivy.SchemaBuilder()
     for name in TEXT_FIELDS:
         builder.add_text_field(name, stored=False, tokenizer_name=ANALYZER)
     for name in KEYWORD_FIELDS:
         builder.add_text_field(name, stored=False, fast=True, tokenizer_name="raw")
-    builder.add_integer_field("date", indexed=True, fast=True)
+    for name, spec in corpus_schema.filterable().items():
+        if spec.type in _RAW_TYPES:
+            builder.add_text_field(name, stored=False, fast=True, tokenizer_name="raw")
+        elif spec.type is FieldType.FLOAT:
+            builder.add_float_field(name, indexed=True, fast=True)
+        else:
+            builder.add_integer_field(name, indexed=True, fast=True)
     builder.add_text_field("row", stored=True, tokenizer_name="raw", index_option="basic")
     return builder.build()
+
+
+def _term(kind: FieldType, value: object) -> str | int | float:
+    """A normalized metadata value (or filter operand) as the term tantivy holds."""
+    if kind is FieldType.BOOLEAN:
+        return "true" if value is True else "false" if value is False else f"\x00{value!r}"
+    if kind is FieldType.DATE:
+        return date_number(str(value))
+    if kind is FieldType.DATETIME:
+        return datetime_micros(str(value))
+    if kind is FieldType.INTEGER:
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+    if kind is FieldType.FLOAT:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    return str(value)
+
+
+def _add(doc: tantivy.Document, name: str, kind: FieldType, value: object) -> None:
+    term = _term(kind, value)
+    if isinstance(term, str):
+        doc.add_text(name, term)
+    elif isinstance(term, float):
+        doc.add_float(name, term)
+    else:
+        doc.add_integer(name, term)
 
 
 def _generation_of(meta: dict[str, Any], manifest: dict[str, Any]) -> str:
@@ -126,9 +164,10 @@ class _Pin:
 class TantivyAdapter(Adapter):
     backend = "tantivy"
 
-    def __init__(self, path: Path, index: tantivy.Index) -> None:
+    def __init__(self, path: Path, index: tantivy.Index, corpus_schema: CorpusSchema | None = None) -> None:
         self._path = path
         self._index = index
+        self._fields = (corpus_schema or schema_of({})).filterable()
         # The pool changes only when this adapter reloads it, under the lock, so the memo's
         # generation is always the state the pool holds.
         index.config_reader(reload_policy="Manual")
@@ -148,10 +187,11 @@ class TantivyAdapter(Adapter):
     def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
         path = index_dir / cls.backend
         path.mkdir(parents=True, exist_ok=True)
-        index = tantivy.Index(_schema(), path=str(path), reuse=False)
+        index = tantivy.Index(_schema(corpus.corpus_schema), path=str(path), reuse=False)
         index.register_tokenizer(ANALYZER, _analyzer())
         writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         counts: dict[str, dict[str, int]] = {}
+        fields = corpus.corpus_schema.filterable()
         total = len(corpus.chunks)
         for n, chunk in enumerate(corpus.chunks, start=1):
             doc = tantivy.Document()
@@ -160,14 +200,16 @@ class TantivyAdapter(Adapter):
             doc.add_text("text", chunk.text)
             doc.add_text("doc_id", chunk.doc_id)
             doc.add_text("chunk_id", chunk.chunk_id)
-            for field in KEYWORD_FIELDS[2:]:
-                if field in chunk.metadata:
-                    value = str(chunk.metadata[field])
-                    doc.add_text(field, value)
-                    counts.setdefault(field, {}).setdefault(value, 0)
-                    counts[field][value] += 1
-            if "date" in chunk.metadata:
-                doc.add_integer("date", date_number(str(chunk.metadata["date"])))
+            for field, spec in fields.items():
+                if field not in chunk.metadata:
+                    continue
+                stored = chunk.metadata[field]
+                for value in stored if isinstance(stored, tuple) else (stored,):
+                    _add(doc, field, spec.type, value)
+                    if spec.type in _COUNTED_TYPES:
+                        text = str(_term(spec.type, value))
+                        counts.setdefault(field, {}).setdefault(text, 0)
+                        counts[field][text] += 1
             doc.add_text("row", json.dumps(chunk.model_dump(mode="json"), sort_keys=True))
             writer.add_document(doc)
             if progress:
@@ -179,9 +221,11 @@ class TantivyAdapter(Adapter):
             "corpus_revision": corpus.revision,
             "index_id": uuid.uuid4().hex,
             "rows": total,
+            "schema": schema_json(corpus.corpus_schema),
             "value_counts": counts,
         }
         (path / "race.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
+        write_contracts(path, generate_contracts(cls.contracts(), corpus.corpus_schema))
         return cls.open(index_dir).generation()
 
     @classmethod
@@ -192,7 +236,11 @@ class TantivyAdapter(Adapter):
             raise IndexMissingError("no tantivy index here (run `race index`)", where=str(path))
         index = tantivy.Index.open(str(path))
         index.register_tokenizer(ANALYZER, _analyzer())
-        return cls(path, index)
+        manifest = json.loads(manifest_path.read_text())
+        adapter = cls(path, index, schema_of(manifest))
+        adapter.generated_contracts = read_contracts(path)
+        adapter.corpus_schema = schema_of(manifest)
+        return adapter
 
     @property
     def identity(self) -> str:
@@ -378,23 +426,24 @@ class TantivyAdapter(Adapter):
         return tantivy.Query.boolean_query([(tantivy.Occur.Must, self._one_filter(f)) for f in filters])
 
     def _one_filter(self, flt: Filter) -> tantivy.Query:
-        if flt.field == "date":
-            return self._date_filter(flt)
-        if flt.op is FilterOp.EQ:
-            return tantivy.Query.term_query(self._schema, flt.field, str(flt.value))
-        if flt.op is FilterOp.IN:
-            return tantivy.Query.term_set_query(self._schema, flt.field, [str(v) for v in flt.values])
-        raise BackendUnavailable(f"range filter on keyword field {flt.field!r} is not supported", where="tantivy")
+        spec = self._fields.get(flt.field)
+        if spec is None or spec.type in _RAW_TYPES:
+            kind = spec.type if spec is not None else FieldType.KEYWORD
+            if flt.op is FilterOp.EQ:
+                return tantivy.Query.term_query(self._schema, flt.field, _term(kind, flt.value))
+            if flt.op is FilterOp.IN:
+                return tantivy.Query.term_set_query(self._schema, flt.field, [_term(kind, v) for v in flt.values])
+            raise BackendUnavailable(f"range filter on keyword field {flt.field!r} is not supported", where="tantivy")
+        return self._number_filter(flt, spec.type)
 
-    def _date_filter(self, flt: Filter) -> tantivy.Query:
+    def _number_filter(self, flt: Filter, kind: FieldType) -> tantivy.Query:
+        """Dates, datetimes and integers as i64 terms and ranges, floats as f64."""
         if flt.op is FilterOp.RANGE:
-            low = date_number(str(flt.gte)) if flt.gte is not None else None
-            high = date_number(str(flt.lte)) if flt.lte is not None else None
-            return tantivy.Query.range_query(self._schema, "date", tantivy.FieldType.Integer, low, high)
+            low = _term(kind, flt.gte) if flt.gte is not None else None
+            high = _term(kind, flt.lte) if flt.lte is not None else None
+            field_type = tantivy.FieldType.Float if kind is FieldType.FLOAT else tantivy.FieldType.Integer
+            return tantivy.Query.range_query(self._schema, flt.field, field_type, low, high)
         values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
         return tantivy.Query.boolean_query(
-            [
-                (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "date", date_number(str(v))))
-                for v in values
-            ]
+            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, flt.field, _term(kind, v))) for v in values]
         )
