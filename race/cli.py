@@ -142,6 +142,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.holds else EXIT_CITATION_BROKEN
 
 
+def cmd_context(args: argparse.Namespace) -> int:
+    from race.bundled import BUNDLED_CORPUS
+    from race.packet import build_packet
+    from race.replay import load_receipt
+
+    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
+    if not corpus.is_dir():
+        raise InputError("not a corpus directory", where=str(corpus))
+    packet = build_packet(
+        load_receipt(Path(args.receipt)),
+        corpus,
+        max_chars=args.max_chars,
+        max_tokens=args.max_tokens,
+        tokenizer=args.tokenizer,
+    )
+    sys.stdout.write(canonical_pretty(packet) + "\n" if args.json else packet.text)
+    approx = " (approximate)" if packet.tokens_approximate else ""
+    print(
+        f"race: packet of {len(packet.passages)} passages, {packet.chars} of {packet.max_chars} characters, "
+        f"{packet.tokens} tokens{approx} by {packet.tokenizer}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from race.serve import Faults, loopback_host, serve
 
@@ -295,6 +320,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="the corpus folder the paths are relative to (default: the bundled corpus)")
     p.add_argument("--json", action="store_true", help="the report as canonical JSON")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("context", help="a citable context packet of a receipt's evidence within a budget")
+    p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
+    p.add_argument("--max-chars", type=int, required=True, metavar="N", help="at most N characters in all")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="and at most N tokens of --tokenizer")
+    p.add_argument("--tokenizer", default="all-MiniLM-L6-v2", help="all-MiniLM-L6-v2 (exact) or chars/4 (estimate)")
+    p.add_argument("--corpus", help="the corpus folder the paths are relative to (default: the bundled corpus)")
+    p.add_argument("--json", action="store_true", help="the packet as canonical JSON (passages, gaps, text)")
+    p.set_defaults(func=cmd_context)
 
     p = sub.add_parser("serve", help="serve an index's contracts over HTTP on loopback (race.remote/1)")
     p.add_argument("--index", required=True, help="index directory built by `race index`")

@@ -64,13 +64,14 @@ class VerifyReport(Record):
         return tuple(c for c in self.citations if c.status != "valid")
 
 
-class _Source:
+class SourceFile:
     """One cited file as it is now, read once however many hits cite it."""
 
     def __init__(self, root: Path, relative: str) -> None:
         self.error = ""
         self.data: bytes | None = None
         self.text = ""
+        self.lines: list[str] = []
         self.offsets: list[int] = [0]
         root = root.resolve()
         path = (root / relative).resolve()
@@ -114,7 +115,7 @@ class _Source:
         return None
 
 
-def check_hit(hit: Hit, source: _Source, *, evidence: str, position: int) -> CitationCheck:
+def check_hit(hit: Hit, source: SourceFile, *, evidence: str, position: int) -> CitationCheck:
     c = hit.custody
     base = dict(
         evidence=evidence,
@@ -154,13 +155,13 @@ def check_hit(hit: Hit, source: _Source, *, evidence: str, position: int) -> Cit
 
 def verify_receipt(receipt: Receipt, corpus: Path) -> VerifyReport:
     """Check every hit's citation against the files under ``corpus`` as they are now."""
-    sources: dict[str, _Source] = {}
+    sources: dict[str, SourceFile] = {}
     checks: list[CitationCheck] = []
     for item in receipt.evidence:
         for position, hit in enumerate(item.hits):
             path = hit.custody.source_path
             if path not in sources:
-                sources[path] = _Source(corpus, path)
+                sources[path] = SourceFile(corpus, path)
             checks.append(check_hit(hit, sources[path], evidence=item.key, position=position))
     counts = Counter(c.status for c in checks)
     return VerifyReport(

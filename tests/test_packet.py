@@ -1,0 +1,133 @@
+"""`race context`: literal, cited, budgeted packets of a receipt's evidence."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from race.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
+from race.cli import main
+from race.engine import Engine
+from race.packet import Packet, build_packet, token_counter
+from race.receipt import Receipt
+from race.render import receipt_json
+from rsc import InputError
+from tests.conftest import FIXTURES
+
+
+@pytest.fixture(scope="module")
+def showcase(session_engine: Engine) -> Receipt:
+    return session_engine.run_sync(SHOWCASE_PLAN)
+
+
+@pytest.fixture(scope="module")
+def with_gaps(session_engine: Engine) -> Receipt:
+    receipt = session_engine.run_sync(FIXTURES / "plans" / "postfilter_heuristic.json")
+    assert receipt.gaps or any(o.gaps for o in receipt.obligations)
+    return receipt
+
+
+def _source_lines(passage_path: str, first: int, last: int) -> str:
+    lines = (BUNDLED_CORPUS / passage_path).read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(lines[first - 1 : last])
+
+
+def _assert_literal(packet: Packet) -> None:
+    for p in packet.passages:
+        c = p.citation
+        assert p.text == _source_lines(c.source_path, c.line_start, c.line_end)
+        assert p.text in packet.text
+        assert c.source_path in packet.text and c.source_hash in packet.text and c.chunk_id in packet.text
+
+
+def _all_gaps(receipt: Receipt) -> set[tuple[str, str, str]]:
+    found = [
+        *receipt.gaps,
+        *(g for o in receipt.obligations for g in o.gaps),
+        *(g for o in receipt.operators for g in o.gaps),
+    ]
+    return {(g.kind.value, g.obligation, g.detail) for g in found}
+
+
+def test_showcase_within_4000_characters_quotes_source_lines_byte_for_byte(showcase: Receipt) -> None:
+    packet = build_packet(showcase, BUNDLED_CORPUS, max_chars=4000)
+    assert packet.chars == len(packet.text) <= 4000
+    assert len(packet.passages) >= 3
+    _assert_literal(packet)
+    # Support and refutation side by side, from more than one origin.
+    assert {"support", "refutes"} <= {p.role for p in packet.passages}
+    assert len({p.origin for p in packet.passages}) == len(packet.passages)
+    # The showcase receipt has no gaps, and the packet says so; every obligation is stated.
+    assert _all_gaps(showcase) == set() and "the receipt records no gap" in packet.text
+    for ob in showcase.obligations:
+        assert f"- {ob.id} ({ob.kind.value}" in packet.text
+    left = {o.rank for o in packet.omitted}
+    assert left | {p.rank for p in packet.passages} == {e.rank for e in showcase.evidence}
+
+
+def test_every_gap_is_stated_and_referenced_beside_the_passages_it_qualifies(with_gaps: Receipt) -> None:
+    packet = build_packet(with_gaps, BUNDLED_CORPUS, max_chars=4000)
+    _assert_literal(packet)
+    assert {(g.kind, g.node, g.detail) for g in packet.gaps} == _all_gaps(with_gaps)
+    for g in packet.gaps:
+        assert f"{g.id} {g.kind} ({g.severity}) on {g.node}" in packet.text and g.detail in packet.text
+    for p in packet.passages:
+        expected = tuple(g.id for g in packet.gaps if g.node in p.placed_by)
+        assert p.gaps == expected
+        assert f"gaps {', '.join(expected) or 'none'}" in packet.text
+
+
+def test_budgets_are_exact_and_bytes_deterministic(showcase: Receipt) -> None:
+    counter = token_counter()
+    assert not counter.approximate
+    for chars, tokens in ((2500, None), (4000, 900), (12000, 2000)):
+        packet = build_packet(showcase, BUNDLED_CORPUS, max_chars=chars, max_tokens=tokens)
+        assert len(packet.text) <= chars and packet.tokens == counter.count(packet.text)
+        assert tokens is None or packet.tokens <= tokens
+        assert build_packet(showcase, BUNDLED_CORPUS, max_chars=chars, max_tokens=tokens) == packet
+    wider = build_packet(showcase, BUNDLED_CORPUS, max_chars=12000)
+    assert len(wider.passages) > len(build_packet(showcase, BUNDLED_CORPUS, max_chars=4000).passages)
+    approx = build_packet(showcase, BUNDLED_CORPUS, max_chars=4000, max_tokens=800, tokenizer="chars/4")
+    assert approx.tokens_approximate and approx.tokens <= 800
+    with pytest.raises(InputError, match="cannot hold"):
+        build_packet(showcase, BUNDLED_CORPUS, max_chars=300)
+
+
+def test_corpus_text_is_fenced_as_data(showcase: Receipt, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BUNDLED_CORPUS, corpus)
+    packet = build_packet(showcase, corpus, max_chars=20000)
+    injected = next(p for p in packet.passages if "SYSTEM:" in p.text or "ignore" in p.text.lower())
+    fence = "````"
+    before, _, after = packet.text.partition(injected.text)
+    assert before.endswith(fence + "quoted-data\n") and after.startswith(fence)
+    assert "not instructions" in packet.text
+
+
+def test_a_citation_that_no_longer_holds_is_not_quoted(showcase: Receipt, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BUNDLED_CORPUS, corpus)
+    first = build_packet(showcase, corpus, max_chars=4000).passages[0]
+    path = corpus / first.citation.source_path
+    path.write_text(path.read_text().replace(first.text, "rewritten\n"))
+    again = build_packet(showcase, corpus, max_chars=4000)
+    assert first.evidence not in {p.evidence for p in again.passages}
+    assert any(o.evidence == first.evidence and o.reason == "citation_broken" for o in again.omitted)
+    assert "citation no longer holds (changed)" in again.text
+
+
+def test_cli_prints_the_packet_text_or_json(
+    showcase: Receipt, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "receipt.json"
+    saved.write_text(receipt_json(showcase))
+    assert main(["context", str(saved), "--max-chars", "4000"]) == 0
+    text = capsys.readouterr().out
+    assert text == build_packet(showcase, BUNDLED_CORPUS, max_chars=4000).text
+    assert main(["context", str(saved), "--max-chars", "4000", "--max-tokens", "1000", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema_version"] == "race.packet/1" and data["tokens"] <= 1000
+    assert main(["context", str(saved), "--max-chars", "10"]) == 2
