@@ -20,6 +20,7 @@ from backends.corpus import Corpus
 from backends.schema import CorpusSchema
 from rsc import (
     BackendStatistics,
+    Calibration,
     Contract,
     Filter,
     Gap,
@@ -126,6 +127,11 @@ class Adapter(ABC):
     ) -> Gap:
         """A gap this backend observed while answering ``request``."""
         return Gap(kind=kind, obligation=request.obligation, backend=self.backend, detail=detail, severity=severity)
+
+    def calibrations(self) -> tuple[str, tuple[Calibration, ...]] | None:
+        """Recall measured on this backend's index for its approximate contracts, with the
+        generation it was measured at; ``None`` where there is none."""
+        return None
 
     def models(self) -> tuple[dict[str, str | int], ...]:
         """The identity (name, dims, weights sha256) of each model this backend runs; every

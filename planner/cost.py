@@ -58,11 +58,36 @@ def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> t
             matched = sum(counts.get(str(v), 0) for v in values)
             fraction = matched / rows
             basis.append(f"{flt.field}: {matched}/{rows} rows")
+        elif counts and rows and flt.op is FilterOp.RANGE:
+            # The counted values are a complete histogram of the field: a range keeps exactly
+            # the values it matches, compared as the filter compares them.
+            bound = flt.gte if flt.gte is not None else flt.lte
+            matched = sum(n for value, n in counts.items() if flt.matches({flt.field: _typed(value, bound)}))
+            fraction = matched / rows
+            basis.append(f"{flt.field}: {matched}/{rows} rows in range")
         else:
             fraction = UNKNOWN_SELECTIVITY
             basis.append(f"{flt.field}: no counts, assumed {UNKNOWN_SELECTIVITY}")
         result *= fraction
     return result, "; ".join(basis) or "no filter"
+
+
+def _typed(counted: str, like: object) -> str | int | float:
+    """A counted value (counts are keyed by text) as the type of the bound it is compared to."""
+    if isinstance(like, bool) or not isinstance(like, int | float):
+        return counted
+    try:
+        number = float(counted)
+    except ValueError:
+        return counted
+    return int(number) if isinstance(like, int) and number.is_integer() else number
+
+
+def known_selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> float | None:
+    """The fraction of rows the filters keep where every filter's value counts are known, else
+    ``None``: a promise keyed by selectivity is never made on a guess."""
+    fraction, basis = selectivity(stats, filters)
+    return None if "assumed" in basis else fraction
 
 
 def estimate_scan(

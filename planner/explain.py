@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from planner.optimizer import Explain
 from planner.physical import FusionSpec, HybridNode, OperatorNode, PhysicalNode, ScanNode, UnsatisfiableNode
-from rsc import canonical_pretty
+from rsc import ExpectedRecall, canonical_pretty
 
 
 def render_json(explain: Explain) -> str:
@@ -82,6 +82,8 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
             f" pushed=[{pushed}] residual=[{residual}] reach={node.reach.value}"
             f" deadline={node.deadline_ms}ms model_calls={node.model_calls}"
         )
+        if node.expected_recall is not None:
+            lines.append(f"{pad}  expected recall: {describe_recall(node.expected_recall)}")
         for gap in node.planned_gaps:
             lines.append(f"{pad}  gap {gap.kind.value}: {gap.detail}")
     elif isinstance(node, HybridNode):
@@ -108,3 +110,12 @@ def describe_fusion(fusion: FusionSpec) -> str:
         kind = fusion.score_kind.value if fusion.score_kind is not None else "score"
         return f"score_sum(similarity of {kind}){top}"
     return f"rrf(k={fusion.k}){top}"
+
+
+def describe_recall(expected: ExpectedRecall) -> str:
+    if expected.recall is None:
+        return f"not measured for bucket {expected.bucket} (nothing promised; calibration {expected.calibration})"
+    return (
+        f">= {expected.recall:.3f} at recall@{expected.k} (lower bound, bucket {expected.bucket}, "
+        f"{expected.queries} queries, calibration {expected.calibration})"
+    )

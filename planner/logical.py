@@ -63,6 +63,8 @@ class Obligation(Record):
     strategy: Strategy | None = None
     allow_contracts: tuple[str, ...] = ()
     deadline_ms: Annotated[int, Field(ge=1, le=600_000)] | None = None
+    min_recall: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Approximate legs only where their calibrated recall bound reaches this; exact otherwise."""
 
 
 class _Op(Record):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rsc import CanonicalFloat, Gap, OperatorKind, Record, ScanRequest, ScoreKind, SearchCoverage
+from rsc import CanonicalFloat, ExpectedRecall, Gap, OperatorKind, Record, ScanRequest, ScoreKind, SearchCoverage
 
 
 class FusionSpec(Record):
@@ -52,6 +52,8 @@ class ScanNode(Record):
     model_calls: int
     cost: CanonicalFloat
     deadline_ms: int
+    expected_recall: ExpectedRecall | None = None
+    """An approximate contract's calibrated promise for this request (its selectivity bucket)."""
 
 
 class HybridNode(Record):

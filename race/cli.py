@@ -31,6 +31,18 @@ def _engine(args: argparse.Namespace) -> object:
     )
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from race.calibration import calibrate_index, calibration_table
+    from race.indexing import read_manifest
+
+    index = Path(args.index)
+    read_manifest(index)  # a missing or foreign directory is bad input, named
+    if args.k < 1:
+        raise InputError(f"--k must be at least 1, got {args.k}", where="--k")
+    print(calibration_table(calibrate_index(index, k=args.k, seed=args.seed)))
+    return 0
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -259,6 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
     p.add_argument("--out", required=True, help="index directory to create or replace")
     p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("calibrate", help="measure the recall of an index's approximate contracts on that index")
+    p.add_argument("index", help="an index directory built by `race index`")
+    p.add_argument("--k", type=int, default=10, help="recall@k (default 10)")
+    p.add_argument("--seed", type=int, default=7, help="seed of the sampled queries (default 7)")
+    p.set_defaults(func=cmd_calibrate)
 
     for name, func, helptext in (
         ("plan", cmd_plan, "print the physical plan of a logical plan"),

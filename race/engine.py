@@ -7,7 +7,7 @@ import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import partial, wraps
+from functools import wraps
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -19,14 +19,13 @@ from race.attach import open_milvus
 from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
-from race.context import gather
 from race.executor import Executor, Lineage
 from race.indexing import check_plan_filters, read_manifest
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
 from race.snapshots import backends_read, pin_snapshots
-from rsc import Contract, Gap, GapKind, ObligationStatus, fingerprint, most_specific, weakest
+from rsc import Contract, Gap, GapKind, ObligationStatus, calibrated, fingerprint, most_specific, weakest
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
 
@@ -76,6 +75,9 @@ class Engine:
             )
         )
         self._contract_refs = {f"{c.rsc_id}@{c.version}": c for c in self._contracts}
+        # Recall measured on each backend's index, by the generation it was measured at.
+        self._calibrations = {n: found for n, a in self.adapters.items() if (found := a.calibrations()) is not None}
+        self._calibrated: dict[tuple[tuple[str, str], ...], tuple[Contract, ...]] = {}
         self._statistics_fixed = statistics is not None
         # The statistics given, or what the adapters reported by the generations they were read
         # at; with its fingerprint.
@@ -127,27 +129,46 @@ class Engine:
     def contracts(self) -> tuple[Contract, ...]:
         return self._contracts
 
+    def contracts_at(self, generations: Mapping[str, str]) -> tuple[Contract, ...]:
+        """The contracts as they stand at ``generations``: an approximate contract carries the
+        recall measured on its index only where that measurement is of this very generation."""
+        current = tuple(sorted((n, g) for n, (g, _) in self._calibrations.items() if generations.get(n) == g))
+        if not current:
+            return self._contracts
+        found = self._calibrated.get(current)
+        if found is None:
+            by_ref = {
+                (name, c.rsc_id, c.rsc_version): c for name, _ in current for c in self._calibrations[name][1]
+            }
+            found = tuple(
+                calibrated(c, by_ref[(c.backend, c.rsc_id, c.version)])
+                if (c.backend, c.rsc_id, c.version) in by_ref
+                else c
+                for c in self._contracts
+            )
+            self._calibrated[current] = found
+        return found
+
     def generations(self) -> dict[str, str]:
         return {name: adapter.generation() for name, adapter in self.adapters.items()}
 
     async def current_generations(self, *, deadline: float | None = None) -> dict[str, str]:
-        """Every backend's generation, read fresh for each plan and run (I6), all at once and
-        within ``deadline`` (a ``time.monotonic`` instant). A generation that cannot be read in
-        time, or whose read fails, is ``unknown``: never a cache hit, and the legs say so."""
-        names = list(self.adapters)
+        """Every backend's generation, read fresh for each plan and run (I6), within ``deadline``
+        (a ``time.monotonic`` instant). A generation that cannot be read in time, or whose read
+        fails, is ``unknown``: never a cache hit, and the legs say so.
+
+        Local reads are a ``stat`` or two and answer at once, so they are read one after the
+        other under one deadline scope, without the cost of a task per backend; a read that
+        waits (a remote) is cut by the scope, and every backend not read by then is unknown."""
+        generations = dict.fromkeys(self.adapters, UNKNOWN_GENERATION)
         limit = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-
-        async def read(name: str) -> str:
-            generation = UNKNOWN_GENERATION
-            with anyio.move_on_after(limit):
+        with anyio.move_on_after(limit):
+            for name, adapter in self.adapters.items():
                 try:
-                    generation = await self.adapters[name].current_generation()
+                    generations[name] = await adapter.current_generation()
                 except Exception:
-                    generation = UNKNOWN_GENERATION
-            return generation
-
-        values = await gather([partial(read, name) for name in names])
-        return dict(zip(names, values, strict=True))
+                    generations[name] = UNKNOWN_GENERATION
+        return generations
 
     def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
         """The statistics plans are costed with: the ones given to the engine, or else what the
@@ -209,7 +230,7 @@ class Engine:
         check_plan_filters(plan, self.adapters.values(), where=where)
         stats = self.statistics(generations)
         explain = compile_plan(
-            plan, contracts=self._contracts, backend_generations=generations, stats=stats, where=where
+            plan, contracts=self.contracts_at(generations), backend_generations=generations, stats=stats, where=where
         )
         self.plan_cache.put(key, explain)
         return explain, False

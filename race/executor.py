@@ -23,9 +23,9 @@ from race.freshness import Lineage
 from race.legs import LegRecord, LegRunner
 from race.obligations import answer, not_attempted
 from race.operators import OPERATORS
-from race.outcome import Outcome, shortfall, sorted_gaps
+from race.outcome import Outcome, sorted_gaps, status_of
 from race.receipt import EvidenceItem, Fusion, ObligationReceipt, OperatorReceipt
-from rsc import Contract, ObligationStatus, OperatorKind
+from rsc import Contract, OperatorKind
 
 __all__ = ["Executor", "Lineage"]
 
@@ -143,16 +143,10 @@ class Executor:
 
 
 def _operator_receipt(node: OperatorNode, outcome: Outcome) -> OperatorReceipt:
-    if outcome.failed and not outcome.items:
-        status = ObligationStatus.UNSATISFIED
-    elif shortfall(outcome.gaps):
-        status = ObligationStatus.PARTIAL
-    else:
-        status = ObligationStatus.SATISFIED
     return OperatorReceipt(
         id=node.node,
         op=node.op,
-        status=status,
+        status=status_of(outcome, outcome.gaps),
         search_coverage=outcome.coverage,
         support_closure=outcome.closure,
         # What an operator established is its own: a refine over a corroborate is not one.

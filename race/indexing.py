@@ -63,6 +63,10 @@ def build_index(corpus_path: Path, out: Path, report: Report | None = None) -> d
     if out.exists():
         shutil.rmtree(out)
     staging.rename(out)
+    # The approximate contracts' recall, measured on the table just built (SPEC §7).
+    from race.calibration import calibrate_index
+
+    calibrate_index(out)
     return generations
 
 

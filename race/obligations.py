@@ -14,7 +14,7 @@ from race.context import RunContext
 from race.freshness import current_first, marked, stale_reasons
 from race.fusion import fuse
 from race.legs import Answer
-from race.outcome import Item, Outcome, failed_outcome, gap, shortfall, sorted_gaps
+from race.outcome import Item, Outcome, failed_outcome, gap, sorted_gaps, status_of
 from race.receipt import Fusion, ObligationReceipt
 from rsc import (
     REFUTING_KINDS,
@@ -73,6 +73,10 @@ def leg_outcome(node: ScanNode, ob: Obligation, found: Answer) -> Outcome:
 def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps: Sequence[Gap]) -> Outcome:
     request = node.request
     hits = [h for h in result.hits if all(f.matches(h.metadata) for f in request.residual)]
+    if node.expected_recall is not None:
+        # An approximate hit carries the recall its contract promised for this request (SPEC §7).
+        promise = {"expected_recall": node.expected_recall}
+        hits = [h.model_copy(update={"custody": h.custody.model_copy(update=promise)}) for h in hits]
     gaps = [*leg_gaps, *result.gaps]
     if request.residual and len(hits) < ob.k and len(result.hits) >= ob.k:
         gaps.append(
@@ -175,16 +179,10 @@ def receipt(ob: Obligation, outcome: Outcome, *, served_by: tuple[str, ...], mod
                 in (SearchCoverage.EXHAUSTIVE_FOR_DECLARED_FRAGMENT, SearchCoverage.BOUNDED_STRUCTURAL),
             )
         )
-    if outcome.failed and not outcome.items:
-        status = ObligationStatus.UNSATISFIED
-    elif outcome.coverage.rank < ob.required_coverage.rank or shortfall(gaps):
-        status = ObligationStatus.PARTIAL
-    else:
-        status = ObligationStatus.SATISFIED
     return ObligationReceipt(
         id=ob.id,
         kind=ob.kind,
-        status=status,
+        status=status_of(outcome, gaps, ob.required_coverage),
         required_coverage=ob.required_coverage,
         search_coverage=outcome.coverage,
         support_closure=outcome.closure,

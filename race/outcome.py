@@ -20,6 +20,7 @@ from rsc import (
     GapKind,
     GapSeverity,
     Hit,
+    ObligationStatus,
     SearchCoverage,
     SupportClosure,
     fingerprint,
@@ -165,3 +166,13 @@ def sorted_gaps(gaps: Iterable[Gap]) -> tuple[Gap, ...]:
 
 def shortfall(gaps: Iterable[Gap]) -> bool:
     return any(g.severity is GapSeverity.SHORTFALL for g in gaps)
+
+
+def status_of(outcome: Outcome, gaps: Iterable[Gap], required: SearchCoverage | None = None) -> ObligationStatus:
+    """An obligation's or operator's status: ``unsatisfied`` when it failed with nothing found,
+    ``partial`` when short of its required coverage or with a shortfall gap, else ``satisfied``."""
+    if outcome.failed and not outcome.items:
+        return ObligationStatus.UNSATISFIED
+    if (required is not None and outcome.coverage.rank < required.rank) or shortfall(gaps):
+        return ObligationStatus.PARTIAL
+    return ObligationStatus.SATISFIED

@@ -1,6 +1,13 @@
 """Contracts and the shared vocabulary of RACE: RSC model, scan records, coverage and gap
 enums, canonical JSON and fingerprints, and the error tree."""
 
+from rsc.calibration import (
+    CALIBRATION_SCHEMA_VERSION,
+    Calibration,
+    RecallBucket,
+    bucket_of,
+    calibrated,
+)
 from rsc.canonical import (
     CanonicalFloat,
     canonical_data,
@@ -49,6 +56,7 @@ from rsc.errors import (
 from rsc.records import (
     BackendStatistics,
     Custody,
+    ExpectedRecall,
     Filter,
     Gap,
     GraphPattern,
@@ -88,6 +96,7 @@ from rsc.vocab import (
 )
 
 __all__ = [
+    "CALIBRATION_SCHEMA_VERSION",
     "DEFAULT_STRATEGY",
     "REFUTING_KINDS",
     "RSC_SCHEMA_VERSION",
@@ -98,6 +107,7 @@ __all__ = [
     "BackendTimeout",
     "BackendUnavailable",
     "BoundExceeded",
+    "Calibration",
     "CanonicalError",
     "CanonicalFloat",
     "Contract",
@@ -112,6 +122,7 @@ __all__ = [
     "EarlyStopSpec",
     "Egress",
     "EvidenceStatus",
+    "ExpectedRecall",
     "Filter",
     "FilterOp",
     "FilterSupport",
@@ -132,6 +143,7 @@ __all__ = [
     "Query",
     "QueryClass",
     "RaceError",
+    "RecallBucket",
     "Record",
     "ReplayError",
     "Scalar",
@@ -147,7 +159,9 @@ __all__ = [
     "Version",
     "VersionRange",
     "VersionRangeError",
+    "bucket_of",
     "calibratable",
+    "calibrated",
     "canonical_data",
     "canonical_float",
     "canonical_json",

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from rsc.calibration import Calibration
 from rsc.canonical import CanonicalFloat
 from rsc.errors import ContractError
 from rsc.records import Record
@@ -119,6 +120,8 @@ class Contract(Record):
     snapshot: SnapshotSpec
     early_stop: EarlyStopSpec
     cost: CostHints = CostHints()
+    calibration: Calibration | None = None
+    """Approximate contracts: recall measured on the index this contract describes."""
 
     @field_validator("version", "translator_version")
     @classmethod

@@ -133,6 +133,18 @@ class ScanRequest(Record):
     params: dict[str, Scalar] = Field(default_factory=dict)
 
 
+class ExpectedRecall(Record):
+    """The recall an approximate contract promises for one request (SPEC §7): a lower confidence
+    bound measured on the index it describes, for the request's selectivity bucket."""
+
+    recall: Annotated[CanonicalFloat, Field(ge=0.0, le=1.0)] | None
+    """``None``: the bucket was not measured, so nothing is promised."""
+    bucket: str
+    queries: Annotated[int, Field(ge=0)]
+    k: Annotated[int, Field(ge=1)]
+    calibration: str
+
+
 class Custody(Record):
     """Where a hit came from, precisely enough to check it by hand."""
 
@@ -157,6 +169,8 @@ class Custody(Record):
     access: Literal["sorted", "random"] = "sorted"
     """``random``: the hit answers a random access (the request named its rows by identity), so
     ``rank`` orders that answer only, not the input's ranking; the score is exact all the same."""
+    expected_recall: ExpectedRecall | None = None
+    """The recall its contract promised for the request, on hits of an approximate scan."""
 
 
 class Hit(Record):

@@ -60,6 +60,7 @@ from backends.schema import CorpusSchema, FieldType, datetime_micros, default_sc
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
+    Calibration,
     Contract,
     Filter,
     FilterOp,
@@ -766,6 +767,12 @@ class LanceAdapter(Adapter):
             total_matches=matching,
             exhausted=matching is not None and len(hits) >= matching and not gaps,
         )
+
+    def calibrations(self) -> tuple[str, tuple[Calibration, ...]] | None:
+        """The recall curves measured on this table (``race calibrate``) and their generation."""
+        from backends.lancedb.calibration import read_calibration
+
+        return read_calibration(self._path)
 
     def forget_query_vectors(self) -> None:
         """Drop the kept query vectors (benchmarks compare cold embedding against a peer)."""

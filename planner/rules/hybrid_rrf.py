@@ -10,8 +10,8 @@ from __future__ import annotations
 from planner.matching import Match
 from planner.memo import Alternative, GroupContext
 from planner.physical import RRF, HybridNode, ScanNode, verdict_of
-from planner.rules.scan_contract import build_scan
-from rsc import QueryClass, Strategy, weakest
+from planner.rules.scan_contract import build_scan, expected_recall, recall_shortfall
+from rsc import Contract, ExpectedRecall, QueryClass, Strategy, weakest
 
 RULE = "HybridRrf"
 
@@ -34,7 +34,10 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
     vector = [
         m
         for c in group.contracts
-        if QueryClass.CONCEPTUAL in c.query_classes and (m := group.matcher.match(as_vector, c)).eligible
+        if QueryClass.CONCEPTUAL in c.query_classes
+        and (m := group.matcher.match(as_vector, c)).eligible
+        # A vector leg below the obligation's min_recall cannot serve it, here as on its own.
+        and recall_shortfall(ob.min_recall, c, _expected(group, c)) is None
     ]
     if not lexical or not vector:
         missing = "lexical" if not lexical else "vector"
@@ -57,7 +60,13 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
             tr = group.matcher.translation(contract, ob.hard_filters)
             est = group.cost_model.estimate(contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, key=tr)
             built[m.rsc] = build_scan(
-                group, m.rsc, pushed=tr.pushed, residual=tr.residual, cost=est.cost_ms, reach=m.reach
+                group,
+                m.rsc,
+                pushed=tr.pushed,
+                residual=tr.residual,
+                cost=est.cost_ms,
+                reach=m.reach,
+                expected_recall=expected_recall(contract, tr.pushed + tr.residual, group),
             )
         return built[m.rsc]
 
@@ -96,3 +105,10 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
                 )
             )
     return tuple(out)
+
+
+def _expected(group: GroupContext, contract: Contract) -> ExpectedRecall | None:
+    ob = group.obligation
+    assert ob is not None
+    tr = group.matcher.translation(contract, ob.hard_filters)
+    return expected_recall(contract, tr.pushed + tr.residual, group)

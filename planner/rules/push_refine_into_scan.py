@@ -11,7 +11,7 @@ from __future__ import annotations
 from planner.logical import RefineOp
 from planner.memo import Alternative, GroupContext
 from planner.physical import OperatorNode, ScanNode, verdict_of
-from planner.rules.scan_contract import build_scan
+from planner.rules.scan_contract import build_scan, expected_recall
 from rsc import FilterSupportClass, OperatorKind, SearchCoverage, weakest
 
 RULE = "PushRefineIntoScan"
@@ -65,6 +65,9 @@ def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
         residual=scan.request.residual,
         cost=scan.cost,
         reach=scan.reach,
+        expected_recall=expected_recall(
+            sub.contract(scan.rsc), scan.request.pushed + op.filters + scan.request.residual, sub
+        ),
     )
     verdict = verdict_of(admissible=False, reason="refine is not a top-k aggregation; full evaluation")
     return (

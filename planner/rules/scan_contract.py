@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from functools import partial
 
+from planner.cost import known_selectivity
 from planner.memo import Alternative, GroupContext
 from planner.physical import ScanNode
-from rsc import Filter, FilterOp, Gap, GapKind, GapSeverity, ScanRequest, SearchCoverage
+from rsc import (
+    Contract,
+    CoverageClaim,
+    ExpectedRecall,
+    Filter,
+    FilterOp,
+    Gap,
+    GapKind,
+    GapSeverity,
+    ScanRequest,
+    SearchCoverage,
+)
 
 RULE = "ScanContract"
 
@@ -27,6 +39,8 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
         est = group.cost_model.estimate(
             contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr
         )
+        expected = expected_recall(contract, tr.pushed + tr.residual, group)
+        short = recall_shortfall(ob.min_recall, contract, expected)
         alternative = Alternative(
             rule=RULE,
             rsc=verdict.ref,
@@ -35,11 +49,11 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
             reach=tr.reach,
             losses=tr.losses,
             model_calls=contract.model_calls,
-            eligible=verdict.eligible,
-            rejected_because=verdict.rejected_because,
+            eligible=verdict.eligible and short is None,
+            rejected_because=verdict.rejected_because + ((short,) if short else ()),
             estimate=est,
         )
-        if verdict.eligible:
+        if verdict.eligible and short is None:
             alternative = group.defer(
                 alternative,
                 partial(
@@ -50,6 +64,7 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
                     residual=tr.residual,
                     cost=est.cost_ms,
                     reach=tr.reach,
+                    expected_recall=expected,
                 ),
             )
         out.append(alternative)
@@ -77,6 +92,7 @@ def build_scan(
     cost: float,
     reach: SearchCoverage,
     extra_params: dict[str, str | int | float | bool] | None = None,
+    expected_recall: ExpectedRecall | None = None,
 ) -> ScanNode:
     ob = group.obligation
     assert ob is not None
@@ -115,7 +131,36 @@ def build_scan(
         model_calls=contract.model_calls,
         cost=round(cost, 6),
         deadline_ms=min(deadline, group.budget.deadline_ms),
+        expected_recall=expected_recall,
     )
+
+
+def expected_recall(contract: Contract, pushed: tuple[Filter, ...], group: GroupContext) -> ExpectedRecall | None:
+    """What a calibrated approximate contract promises for a request with these hard filters
+    (pushed and residual alike: the calibration measured the filtered top-k): the bound of the
+    bucket their selectivity falls in (known from value counts, else the lowest bound)."""
+    if contract.calibration is None or contract.coverage.claim is not CoverageClaim.APPROXIMATE:
+        return None
+    filters = tuple(f for f in pushed if f.field != "chunk_id")
+    stats = group.cost_model.stats.backends.get(contract.backend)
+    sel = known_selectivity(stats, filters) if filters else 1.0
+    return contract.calibration.expected(sel, [f.field for f in filters])
+
+
+def recall_shortfall(min_recall: float | None, contract: Contract, expected: ExpectedRecall | None) -> str | None:
+    """Why an approximate contract cannot serve an obligation's ``min_recall``, if it cannot."""
+    if min_recall is None or contract.coverage.claim is not CoverageClaim.APPROXIMATE:
+        return None
+    if expected is None:
+        return f"min_recall {min_recall:g}: no recall was calibrated for {contract.ref} on this index"
+    if expected.recall is None:
+        return f"min_recall {min_recall:g}: recall of bucket {expected.bucket} was not measured"
+    if expected.recall < min_recall:
+        return (
+            f"min_recall {min_recall:g}: calibrated lower bound {expected.recall:.3f} "
+            f"(bucket {expected.bucket}, {expected.queries} queries) is below it"
+        )
+    return None
 
 
 def _filter_order(f: Filter) -> tuple[str, str, str]:
