@@ -12,11 +12,15 @@ import os
 import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backends import LOCAL_ADAPTERS, Adapter, load_corpus
 from backends.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
 from rsc import IndexMissingError, InputError
+
+if TYPE_CHECKING:
+    from backends.embedding import Embedder
 
 INDEX_SCHEMA_VERSION = "race.index/1"
 MANIFEST = "race-index.json"
@@ -26,8 +30,11 @@ SCHEMA = "schema.json"
 Report = Callable[[str, int, int], None]
 
 
-def build_index(corpus_path: Path, out: Path, report: Report | None = None) -> dict[str, str]:
-    """Build every local backend's index of ``corpus_path`` into ``out``; return generations."""
+def build_index(
+    corpus_path: Path, out: Path, report: Report | None = None, *, embedder: Embedder | None = None
+) -> dict[str, str]:
+    """Build every local backend's index of ``corpus_path`` into ``out``; return generations.
+    ``embedder`` embeds the vector index's chunks (default: the model, in this process)."""
     corpus = load_corpus(corpus_path)
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", where=str(out))
@@ -46,7 +53,12 @@ def build_index(corpus_path: Path, out: Path, report: Report | None = None) -> d
                 if report:
                     report(name, done, total)
 
-            generations[name] = adapter.build(corpus, staging, progress)
+            if embedder is not None and name == "lancedb":
+                from backends.lancedb import LanceAdapter
+
+                generations[name] = LanceAdapter.build(corpus, staging, progress, embedder=embedder)
+            else:
+                generations[name] = adapter.build(corpus, staging, progress)
         manifest = {
             "schema_version": INDEX_SCHEMA_VERSION,
             "corpus_revision": corpus.revision,
