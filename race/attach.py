@@ -6,11 +6,15 @@ pymilvus is imported only here, and only when a Milvus backend is asked for (the
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from backends import Adapter
 from rsc import InputError
+
+if TYPE_CHECKING:
+    from backends import Adapter
 
 
 def open_milvus(folders: Sequence[Path]) -> dict[str, Adapter]:
@@ -30,3 +34,56 @@ def open_milvus(folders: Sequence[Path]) -> dict[str, Adapter]:
     except ImportError as exc:
         raise InputError(f"a Milvus backend needs the race[milvus] extra ({exc})", where="--milvus") from exc
     return {MilvusAdapter.backend: MilvusAdapter.open(folders[0])}
+
+
+def build_milvus(
+    corpus_path: Path,
+    out: Path,
+    *,
+    uri: str | None = None,
+    collection: str = "race_chunks",
+    index_type: str = "FLAT",
+    vectors_from: Path | None = None,
+) -> str:
+    """``race milvus``: load a corpus into a Milvus collection and write its instance folder
+    ``out`` (``out/milvus/``); with ``vectors_from``, the chunk vectors are those of that RACE
+    index's LanceDB table (same corpus revision) instead of being embedded again."""
+    from backends import load_corpus
+
+    try:
+        from backends.milvus.adapter import MilvusAdapter, lance_vectors
+    except ImportError as exc:
+        raise InputError(f"a Milvus backend needs the race[milvus] extra ({exc})", where="race milvus") from exc
+    corpus = load_corpus(corpus_path)
+    vectors = lance_vectors(vectors_from, corpus) if vectors_from is not None else None
+    return MilvusAdapter.build(corpus, out, uri=uri, collection=collection, index_type=index_type, vectors=vectors)
+
+
+def add_milvus_command(sub: argparse._SubParsersAction[Any]) -> None:
+    """``race milvus CORPUS --out DIR``, the instance folder that ``race plan`` and ``race run``
+    serve beside the index with ``--milvus DIR``."""
+    for name in ("plan", "run"):
+        sub.choices[name].add_argument(
+            "--milvus", action="append", metavar="DIR", help="a Milvus collection's folder (`race milvus`)"
+        )
+    p = sub.add_parser("milvus", help="load a corpus into a Milvus collection (needs the race[milvus] extra)")
+    p.add_argument("corpus", help="JSONL documents or a folder of .md/.txt files")
+    p.add_argument("--out", required=True, help="the instance folder to write (served with --milvus DIR)")
+    p.add_argument("--uri", help="Milvus URI (default: a milvus-lite file inside --out)")
+    p.add_argument("--collection", default="race_chunks", help="collection name, replaced if it exists")
+    p.add_argument("--index-type", choices=("FLAT", "HNSW"), default="FLAT", help="vector index")
+    p.add_argument("--vectors-from", metavar="INDEX", help="reuse the chunk vectors of this `race index` directory")
+    p.set_defaults(func=cmd_milvus)
+
+
+def cmd_milvus(args: argparse.Namespace) -> int:
+    generation = build_milvus(
+        Path(args.corpus),
+        Path(args.out),
+        uri=args.uri,
+        collection=args.collection,
+        index_type=args.index_type,
+        vectors_from=Path(args.vectors_from) if args.vectors_from else None,
+    )
+    print(f"milvus\t{generation}")
+    return 0

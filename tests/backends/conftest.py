@@ -36,7 +36,7 @@ def milvus_instances(index_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     from backends.milvus.adapter import LITE_FILE, MilvusAdapter, lance_vectors
 
     corpus = load_corpus(BUNDLED_CORPUS)
-    vectors = lance_vectors(index_dir, corpus.chunks)
+    vectors = lance_vectors(index_dir, corpus)
     root = tmp_path_factory.mktemp("milvus")
     folders = {}
     for index_type in MILVUS_INSTANCES:
