@@ -59,7 +59,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     try:
-        generations = build_index(Path(args.corpus), Path(args.out), report)
+        if args.ray:
+            from race.distributed import build_index_on_ray
+
+            corpus, out = Path(args.corpus), Path(args.out)
+            generations = build_index_on_ray(corpus, out, report, address=args.ray, workers=args.workers)
+        else:
+            generations = build_index(Path(args.corpus), Path(args.out), report)
     finally:
         for bar in bars.values():
             bar.close()
@@ -272,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
     p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
     p.add_argument("--out", required=True, help="index directory to create or replace")
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS", help="embed on Ray ('local', the default, or an address)"
+    )
+    p.add_argument("--workers", type=int, default=0, metavar="N", help="Ray embedding actors (default: one per CPU)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("calibrate", help="measure the recall of an index's approximate contracts on that index")
@@ -309,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("plans", help="JSONL: one logical plan per line, or {\"id\": ..., \"plan\": {...}}")
     p.add_argument("--out", required=True, help="JSONL records to write; plans already answered there are skipped")
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="plans at once (default 4); Ray actors")
-    p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: 'local' starts a cluster here, or a cluster address")
+    p.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS", help="run on Ray ('local', the default, or an address)"
+    )
     p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
     p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
     p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
