@@ -318,6 +318,13 @@ class Engine:
 
         return await run_many(self, plans, concurrency=concurrency)
 
+    async def evaluate(self, queries: Any, judgments: Any, **options: Any) -> Any:
+        """Score retrieval strategies (and labelled plans) over a query set against graded
+        judgments: an ``EvalReport`` (see ``race.evaluate.evaluate`` for the options)."""
+        from race.evaluate import evaluate
+
+        return await evaluate(self, queries, judgments, **options)
+
     @_one_error
     async def replay(self, receipt: Receipt | Path, retained: Path) -> Receipt:
         """Re-execute a retained run's recorded physical plan from its artifacts only (I8): no
