@@ -19,6 +19,7 @@ BENCHMARKS = (
     ("benchmarks.bench_filtered_vectors", ("filtered_vectors",)),
     ("benchmarks.bench_early_stop", ("early_stop",)),
     ("benchmarks.bench_startup", ()),
+    ("benchmarks.bench_batch", ("batch",)),
 )
 
 
