@@ -58,11 +58,12 @@ from backends.generated import generate_contract, read_contracts, schema_json, s
 from backends.lancedb.adapter import chunk_text
 from backends.lancedb.calibration import wilson_lower
 from backends.milvus.expr import NOTHING, filter_expr
-from backends.schema import CorpusSchema, FieldType, datetime_micros
+from backends.schema import CorpusSchema, FieldSpec, FieldType, datetime_micros
 from rsc import (
     BackendStatistics,
     BackendTimeout,
     BackendUnavailable,
+    Calibration,
     Contract,
     CoverageClaim,
     Filter,
@@ -391,6 +392,11 @@ class MilvusAdapter(Adapter):
                 update={"source_domain": f"{contract.source_domain}; collection {collection!r} at {stored_uri}"}
             )
             write_contracts(folder, (contract,))
+            if index_type != "FLAT":
+                from backends.milvus.calibration import write_calibration
+
+                adapter.generated_contracts = (contract,)
+                write_calibration(adapter, folder)
             return adapter.generation()
         finally:
             adapter.close()
@@ -439,6 +445,15 @@ class MilvusAdapter(Adapter):
     def models(self) -> tuple[dict[str, str | int], ...]:
         return (dict(self._embedder_identity.model_dump(mode="json")),)
 
+    def filterable_fields(self) -> dict[str, FieldSpec]:
+        return dict(self._fields)
+
+    def calibrations(self) -> tuple[str, tuple[Calibration, ...]] | None:
+        """The recall curves measured on this collection (at build) and their generation."""
+        from backends.lancedb.calibration import read_calibration
+
+        return read_calibration(self._folder)
+
     def close(self) -> None:
         self._client.close()
 
@@ -451,8 +466,8 @@ class MilvusAdapter(Adapter):
         with milvus_errors(f"milvus:{self._collection}"):
             return fn(*args, timeout=self._timeout, **kwargs)
 
-    def _read_all(self, fields: Sequence[str]) -> list[dict[str, Any]]:
-        """Every row's ``fields``, in primary-key order."""
+    def read_rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
+        """Every row's ``fields``, in chunk-id order."""
         rows: list[dict[str, Any]] = []
         with milvus_errors(f"milvus:{self._collection}"):
             iterator = self._client.query_iterator(
@@ -473,7 +488,7 @@ class MilvusAdapter(Adapter):
         if not self._call(self._client.has_collection, self._collection):
             raise BackendUnavailable(f"milvus collection {self._collection!r} is gone", where=self._uri)
         index = self._call(self._client.describe_index, self._collection, VECTOR) or {}
-        rows = self._read_all((*_ROW_FIELDS, VECTOR))
+        rows = self.read_rows((*_ROW_FIELDS, VECTOR))
         digest = fingerprint(
             [
                 [*(r.get(name) for name in _ROW_FIELDS), np.asarray(r[VECTOR], dtype=np.float32).tobytes().hex()]

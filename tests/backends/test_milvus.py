@@ -335,3 +335,31 @@ def test_the_command_line_loads_a_collection_and_runs_a_plan_over_it(
         from backends.milvus.adapter import LITE_FILE
 
         server_manager_instance.release_server(str(out / "milvus" / LITE_FILE))
+
+
+def test_an_hnsw_leg_promises_the_calibrated_recall_of_its_collection(
+    index_dir: Path, milvus_instances: dict[str, Any]
+) -> None:
+    """The collection is calibrated at build as LanceDB's tables are; at that generation the
+    explain and every hit's custody carry the measured lower bound."""
+    plan = union_plan()
+    plan["obligations"][1]["allow_contracts"] = ["milvus.ann_filtered"]
+    plan["obligations"][1]["required_coverage"] = "heuristic"
+    engine = Engine.open(index_dir, milvus=[milvus_instances["folders"]["HNSW"]])
+    milvus = engine.adapters["milvus"]
+    try:
+        found = milvus.calibrations()
+        assert found is not None and found[0] == milvus.generation()
+        (calibration,) = found[1]
+        assert calibration.rsc_id == "milvus.ann_filtered" and calibration.unfiltered is not None
+        assert calibration.buckets and all(0.0 <= b.lower_bound <= b.mean_recall <= 1.0 for b in calibration.buckets)
+        explain = engine.plan_sync(plan)
+        assert "expected recall" in str(explain.model_dump_json()) or "expected_recall" in explain.model_dump_json()
+        receipt = engine.run_sync(plan)
+        hits = [h for e in receipt.evidence for h in e.hits if h.custody.backend == "milvus"]
+        assert hits
+        for hit in hits:
+            expected = hit.custody.expected_recall
+            assert expected is not None and expected.calibration == calibration.fingerprint
+    finally:
+        milvus.close()
