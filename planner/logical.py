@@ -7,12 +7,12 @@ canonical form whose fingerprint identifies the plan whatever the key order of i
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 import weakref
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from rsc import (
     BoundExceeded,
@@ -33,12 +33,27 @@ from rsc import (
     fingerprint_bytes,
     first_validation_error,
 )
+from rsc.canonical import read_json
 
 PLAN_SCHEMA_VERSION = "race.plan/1"
 MAX_NODES_CEILING = 4096
+# The longest root-to-leaf chain: a physical plan nests one level per node, and the
+# pydantic's serializer and the executor's recursion stop a few dozen levels past this.
+MAX_DEPTH_CEILING = 208
 
 NodeId = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
-IsoDate = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+
+
+def _calendar_date(text: str) -> str:
+    # The pattern admits 2026-02-30; a date the calendar lacks is bad input, not a crash later.
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a calendar date: {exc}") from None
+    return text
+
+
+IsoDate = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$"), AfterValidator(_calendar_date)]
 
 
 class Freshness(Record):
@@ -247,11 +262,7 @@ class LogicalPlan(Record):
 
 def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:
     """Parse, validate and normalize a plan document; one ``PlanError`` names the place."""
-    try:
-        raw = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where=where) from exc
-    return plan_from_dict(raw, where=where)
+    return plan_from_dict(read_json(data, where=where, error=PlanError), where=where)
 
 
 def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
@@ -291,16 +302,12 @@ def _located(message: str, raw: dict[str, object]) -> str:
 def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
     """Ids unique, every reference resolves, no operator names one input twice, no cycle, the
     root reaches every node."""
-    # networkx loads on first use: `race schema` and `race rsc` never need it.
-    import networkx as nx
-
     ids: dict[str, str] = {}
     for node in [*plan.obligations, *plan.operators]:
         if node.id in ids:
             raise PlanError(f"node id {node.id!r} is used twice", where=where)
         ids[node.id] = "obligation" if isinstance(node, Obligation) else "operator"
-    graph: nx.DiGraph[str] = nx.DiGraph()
-    graph.add_nodes_from(sorted(ids))
+    edges: dict[str, list[str]] = {node: [] for node in sorted(ids)}
     for op in plan.operators:
         seen: set[str] = set()
         for ref in op.inputs_of():
@@ -309,20 +316,72 @@ def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
             if ref in seen:
                 raise PlanError(_repeated_input(op, ref), where=where)
             seen.add(ref)
-            graph.add_edge(op.id, ref)
+            edges[op.id].append(ref)
     if plan.root not in ids:
         raise DanglingReference(f"root {plan.root!r} is not a node", where=where)
-    try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        cycle = []
+    cycle = _first_cycle(edges)
     if cycle:
-        path = " -> ".join([str(edge[0]) for edge in cycle] + [str(cycle[0][0])])
-        raise PlanCycleError(f"operators form a cycle: {path}", where=where)
-    reached = nx.descendants(graph, plan.root) | {plan.root}
+        raise PlanCycleError(f"operators form a cycle: {' -> '.join([*cycle, cycle[0]])}", where=where)
+    depth = _depth(edges, plan.root)
+    if depth > MAX_DEPTH_CEILING:
+        raise BoundExceeded(
+            f"plan is {depth} nodes deep (root to leaf); at most {MAX_DEPTH_CEILING} are accepted", where=where
+        )
+    reached = {plan.root}
+    frontier = [plan.root]
+    while frontier:
+        for ref in edges[frontier.pop()]:
+            if ref not in reached:
+                reached.add(ref)
+                frontier.append(ref)
     unreached = sorted(set(ids) - reached)
     if unreached:
         raise PlanError(f"node {unreached[0]!r} is not reachable from root {plan.root!r}", where=where)
+
+
+# The graph checks walk with explicit stacks, in time linear in the plan's size: a legal plan
+# may be hundreds of nodes deep, past Python's recursion limit.
+
+
+def _first_cycle(edges: dict[str, list[str]]) -> list[str]:
+    """The first cycle met by depth-first search from each node in sorted order, or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    for start in edges:
+        if start in state:
+            continue
+        path = [start]
+        state[start] = 1
+        pending = [iter(edges[start])]
+        while pending:
+            ref = next(pending[-1], None)
+            if ref is None:
+                state[path.pop()] = 2
+                pending.pop()
+            elif state.get(ref) == 1:
+                return path[path.index(ref) :]
+            elif ref not in state:
+                state[ref] = 1
+                path.append(ref)
+                pending.append(iter(edges[ref]))
+    return []
+
+
+def _depth(edges: dict[str, list[str]], root: str) -> int:
+    """Nodes on the longest path from ``root`` to a leaf of an acyclic graph."""
+    depth: dict[str, int] = {}
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if node in depth:  # a shared input, pushed by two parents
+            stack.pop()
+            continue
+        waiting = [ref for ref in edges[node] if ref not in depth]
+        if waiting:
+            stack.extend(waiting)
+            continue
+        stack.pop()
+        depth[node] = 1 + max((depth[ref] for ref in edges[node]), default=0)
+    return depth[root]
 
 
 def _repeated_input(op: LogicalOperator, ref: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import wraps
@@ -441,13 +440,14 @@ def load_statistics(path: Path) -> Statistics:
     from pydantic import ValidationError
 
     from rsc import InputError, first_validation_error
+    from rsc.canonical import read_json
 
     try:
-        return Statistics.model_validate(json.loads(path.read_bytes()))
+        data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where=str(path)) from exc
+    try:
+        return Statistics.model_validate(read_json(data, where=str(path), error=InputError))
     except ValidationError as exc:
         raise InputError(first_validation_error(exc), where=str(path)) from exc
 

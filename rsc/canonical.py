@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
@@ -19,9 +20,55 @@ import xxhash
 from pydantic import BaseModel, PlainSerializer
 from pydantic_core import PydanticSerializationError
 
-from rsc.errors import CanonicalError
+from rsc.errors import CanonicalError, RaceError
 
 _FLOAT_DIGITS = 12
+
+# Input documents (plans, RSCs, receipts) are flat: a few levels deep, integers that fit a
+# budget. Deeper nesting or longer integers are refused as bad input before Python's own
+# limits (recursion depth, 4300-digit int conversion) turn them into internal errors.
+MAX_JSON_DEPTH = 64
+MAX_INT_DIGITS = 30
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+
+
+def read_json(data: bytes | str, *, where: str, error: type[RaceError]) -> Any:
+    """One JSON document from untrusted input; any defect is one ``error`` naming ``where``:
+    bytes that are not UTF-8, malformed JSON, nesting deeper than ``MAX_JSON_DEPTH``, an
+    integer longer than ``MAX_INT_DIGITS`` digits, or NaN/Infinity (not JSON)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}", where=where) from None
+    depth = deepest = 0
+    for bracket in _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", raw)):
+        depth += 1 if bracket in b"[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            raise error(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", where=where)
+
+    def integer(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise _Refused(f"an integer of {len(digits.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+        return int(digits)
+
+    def constant(name: str) -> Any:
+        raise _Refused(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(text, parse_int=integer, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise error(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where=where) from None
+    except _Refused as exc:
+        raise error(str(exc), where=where) from None
+    except RecursionError:
+        raise error(f"JSON nested deeper than {MAX_JSON_DEPTH} levels", where=where) from None
+
+
+class _Refused(Exception):
+    """A value ``read_json`` refuses, raised from inside the decoder's hooks."""
 
 
 def _float(value: float, where: str) -> float | int:
@@ -97,13 +144,25 @@ def canonical_data(model: BaseModel, *, exclude: set[str] | None = None) -> Any:
 
 def dumps_canonical(data: Any) -> bytes:
     """Canonical bytes of data that is already canonical (from ``canonical_data``)."""
-    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    return _dumps(data)
 
 
 def canonical_json(value: Any) -> bytes:
     """The canonical bytes of a JSON-like value or pydantic model."""
     normalized = _model_data(value) if isinstance(value, BaseModel) else _normalize(value, "$")
-    return orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
+    return _dumps(normalized)
+
+
+def _dumps(data: Any) -> bytes:
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError as exc:
+        if "Recursion limit" not in str(exc):
+            raise
+    # orjson stops at 255 levels, and a legal plan 200 operators deep nests further. The
+    # standard encoder writes the same bytes except for floats in exponent form (``1e-07``
+    # for orjson's ``1e-7``); a document always takes the same path, so its bytes are stable.
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def canonical_pretty(value: Any) -> str:

@@ -7,14 +7,13 @@ behaviour agrees with them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rsc.calibration import Calibration
-from rsc.canonical import CanonicalFloat
+from rsc.canonical import CanonicalFloat, read_json
 from rsc.errors import ContractError
 from rsc.records import Record
 from rsc.version import Version, is_semver
@@ -150,10 +149,7 @@ class Contract(Record):
 
 def parse_contract(data: bytes | str, *, where: str) -> Contract:
     """Parse and validate one RSC document; any defect is a ``ContractError`` naming the place."""
-    try:
-        raw = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ContractError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", where=where) from exc
+    raw = read_json(data, where=where, error=ContractError)
     if not isinstance(raw, dict):
         raise ContractError("an RSC document must be a JSON object", where=where)
     if raw.get("schema_version") != RSC_SCHEMA_VERSION:

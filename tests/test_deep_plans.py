@@ -1,0 +1,66 @@
+"""Deep plans within the declared bounds plan and run, in time linear in their size; deeper
+ones are refused as bad input naming the bound (MAX_DEPTH_CEILING)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import pytest
+
+from planner import parse_plan
+from planner.logical import MAX_DEPTH_CEILING
+from race.engine import Engine
+from rsc import BoundExceeded, PlanError
+from rsc.canonical import canonical_json, read_json
+from tests.test_bad_input import refine_chain
+
+
+def test_a_200_deep_refine_chain_plans_and_runs(engine: Engine) -> None:
+    plan = refine_chain(200)
+    explain = engine.plan_sync(plan)
+    receipt = engine.run_sync(plan)
+    assert receipt.fingerprints.plan == explain.fingerprints.plan
+    assert {o.id for o in receipt.operators} == {f"r{i}" for i in range(200)}
+
+
+def test_the_deepest_legal_chain_runs(engine: Engine) -> None:
+    receipt = engine.run_sync(refine_chain(MAX_DEPTH_CEILING - 1))
+    assert len(receipt.operators) == MAX_DEPTH_CEILING - 1
+
+
+def test_checking_a_plan_is_linear_in_its_depth() -> None:
+    def parse_seconds(depth: int) -> float:
+        text = json.dumps(refine_chain(depth))
+        best = float("inf")
+        for _ in range(3):  # the best of three: the machine is shared
+            started = time.perf_counter()
+            with contextlib.suppress(BoundExceeded):
+                parse_plan(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    parse_seconds(200)  # warm up the validators
+    small, large = parse_seconds(400), parse_seconds(4000)
+    # Ten times the nodes; a quadratic check (as networkx's find_cycle was) takes ~100x.
+    assert large < 30 * small + 0.1, (small, large)
+
+
+def test_read_json_refuses_what_python_would_crash_on() -> None:
+    with pytest.raises(PlanError, match="nested deeper than 64"):
+        read_json(b"[" * 100_000 + b"]" * 100_000, where="p", error=PlanError)
+    with pytest.raises(PlanError, match="5000 digits"):
+        read_json(b"1" * 5000, where="p", error=PlanError)
+    with pytest.raises(PlanError, match="not UTF-8: byte 0xff at offset 2"):
+        read_json(b'["\xff"]', where="p", error=PlanError)
+    # Brackets inside strings are text, not nesting.
+    assert read_json(json.dumps(["[" * 500]), where="p", error=PlanError) == ["[" * 500]
+
+
+def test_canonical_json_of_data_deeper_than_orjson_allows() -> None:
+    deep: object = 1
+    for _ in range(300):
+        deep = {"a": deep}
+    assert canonical_json(deep) == b'{"a":' * 300 + b"1" + b"}" * 300
+    assert canonical_json({"b": [1.5, "x"], "a": None}) == b'{"a":null,"b":[1.5,"x"]}'
