@@ -157,8 +157,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from race.verify import EXIT_CITATION_BROKEN, verify_receipt, verify_text
 
     corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
-    if not corpus.is_dir():
-        raise InputError("not a corpus directory", where=str(corpus))
+    if not corpus.exists():
+        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
     report = verify_receipt(load_receipt(Path(args.receipt)), corpus)
     sys.stdout.write(canonical_pretty(report) + "\n" if args.json else verify_text(report))
     return 0 if report.holds else EXIT_CITATION_BROKEN
@@ -170,8 +170,8 @@ def cmd_context(args: argparse.Namespace) -> int:
     from race.replay import load_receipt
 
     corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
-    if not corpus.is_dir():
-        raise InputError("not a corpus directory", where=str(corpus))
+    if not corpus.exists():
+        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
     packet = build_packet(
         load_receipt(Path(args.receipt)),
         corpus,
@@ -414,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check that every citation of a receipt still holds (exit 3 if one does not)")
     p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
-    p.add_argument("--corpus", help="the corpus folder the paths are relative to (default: the bundled corpus)")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
     p.add_argument("--json", action="store_true", help="the report as canonical JSON")
     p.set_defaults(func=cmd_verify)
 
@@ -423,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-chars", type=int, required=True, metavar="N", help="at most N characters in all")
     p.add_argument("--max-tokens", type=int, metavar="N", help="and at most N tokens of --tokenizer")
     p.add_argument("--tokenizer", default="all-MiniLM-L6-v2", help="all-MiniLM-L6-v2 (exact) or chars/4 (estimate)")
-    p.add_argument("--corpus", help="the corpus folder the paths are relative to (default: the bundled corpus)")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
     p.add_argument("--json", action="store_true", help="the packet as canonical JSON (passages, gaps, text)")
     p.set_defaults(func=cmd_context)
 

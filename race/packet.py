@@ -114,7 +114,9 @@ def origin_components(corpus: Path) -> dict[str, str]:
             x = parent[x]
         return x
 
-    edges = corpus / "edges.jsonl"
+    edges = corpus / "edges.jsonl" if corpus.is_dir() else corpus.with_name(corpus.stem + ".edges.jsonl")
+    if not corpus.is_dir() and not edges.is_file():
+        edges = corpus.parent / "edges.jsonl"
     if edges.is_file():
         for line in edges.read_text(encoding="utf-8").splitlines():
             if not line.strip():
@@ -198,7 +200,7 @@ def build_packet(
         hit = item.hits[0]
         path = hit.custody.source_path
         if path not in sources:
-            sources[path] = SourceFile(corpus, path)
+            sources[path] = SourceFile(corpus if corpus.is_dir() else corpus.parent, path)
         source = sources[path]
         check = check_hit(hit, source, evidence=item.key, position=0)
         if check.status != "valid":

@@ -12,6 +12,10 @@ indexed. ``verify_receipt`` re-reads each cited file and judges each hit:
 - ``changed``: the file is there but the text is not.
 - ``missing``: the file is gone, unreadable, or its path leaves the corpus root.
 
+In a JSONL corpus a hit cites ``docs.jsonl#ID``: the document's own text, whose lines and
+hash the loader recorded, is read from the record with that id (under the corpus schema's
+id and text fields).
+
 A hit whose custody carries no text can only be checked by hash: ``valid`` if the file is
 byte-identical, otherwise ``changed``. ``race verify`` exits with status 3 when any citation
 is not ``valid``.
@@ -20,6 +24,7 @@ is not ``valid``.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Literal
@@ -64,6 +69,23 @@ class VerifyReport(Record):
         return tuple(c for c in self.citations if c.status != "valid")
 
 
+def _jsonl_document(path: Path, content: str, doc_id: str) -> str:
+    """The text of one document of a JSONL corpus (``docs.jsonl#ID``): its hashes and line
+    spans are the document's own text, as the loader chunked it."""
+    from backends.schema import load_schema
+
+    schema = load_schema(path)
+    for line in content.splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get(schema.id_field) == doc_id:
+                text = record.get(schema.text_field)
+                if not isinstance(text, str):
+                    raise LookupError(f"document {doc_id!r} has no text field {schema.text_field!r}")
+                return text
+    raise LookupError(f"document {doc_id!r} not found in {path.name}")
+
+
 class SourceFile:
     """One cited file as it is now, read once however many hits cite it."""
 
@@ -74,6 +96,7 @@ class SourceFile:
         self.lines: list[str] = []
         self.offsets: list[int] = [0]
         root = root.resolve()
+        relative, _, document = relative.partition("#")
         path = (root / relative).resolve()
         if not path.is_relative_to(root):
             self.error = "path leaves the corpus root"
@@ -81,11 +104,18 @@ class SourceFile:
         try:
             self.data = path.read_bytes()
             self.text = self.data.decode("utf-8")
+            if document and path.suffix == ".jsonl":
+                self.text = _jsonl_document(path, self.text, document)
+                self.data = self.text.encode("utf-8")
         except FileNotFoundError:
             self.error = "file not found"
             self.data = None
             return
-        except (OSError, UnicodeDecodeError) as exc:
+        except LookupError as exc:
+            self.error = str(exc)
+            self.data = None
+            return
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             self.error = f"unreadable: {exc}"
             self.data = None
             return
@@ -155,13 +185,14 @@ def check_hit(hit: Hit, source: SourceFile, *, evidence: str, position: int) -> 
 
 def verify_receipt(receipt: Receipt, corpus: Path) -> VerifyReport:
     """Check every hit's citation against the files under ``corpus`` as they are now."""
+    root = corpus if corpus.is_dir() else corpus.parent  # a JSONL corpus names its file
     sources: dict[str, SourceFile] = {}
     checks: list[CitationCheck] = []
     for item in receipt.evidence:
         for position, hit in enumerate(item.hits):
             path = hit.custody.source_path
             if path not in sources:
-                sources[path] = SourceFile(corpus, path)
+                sources[path] = SourceFile(root, path)
             checks.append(check_hit(hit, sources[path], evidence=item.key, position=position))
     counts = Counter(c.status for c in checks)
     return VerifyReport(

@@ -105,3 +105,36 @@ def test_cli_exit_status_is_three_only_when_a_citation_broke(
     assert {c["chunk_id"] for c in report["citations"] if c["status"] != "valid"} == {chunk}
 
     assert main(["verify", str(tmp_path / "absent.json"), "--corpus", str(corpus)]) == 2
+
+
+def test_a_jsonl_corpus_is_checked_per_document(tmp_path: Path) -> None:
+    from race.indexing import build_index
+
+    docs = tmp_path / "docs.jsonl"
+    rows = [
+        {"id": "a", "title": "A", "text": "# A\n\n## One\nraft pre-vote stops election livelock\n"},
+        {"id": "b", "title": "B", "text": "# B\n\n## Two\nraft elections and the ack timeout\n"},
+    ]
+    docs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_index(docs, tmp_path / "idx")
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "q",
+        "obligations": [{"id": "q", "kind": "seek_support", "query": {"text": "raft"}, "query_class": "lexical"}],
+        "operators": [],
+        "generations": {"identity": "t", "source_dependence": "1", "freshness": "1", "authority": "1"},
+    }
+    receipt = Engine.open(tmp_path / "idx").run_sync(plan)
+    assert {h.custody.source_path for e in receipt.evidence for h in e.hits} == {"docs.jsonl#a", "docs.jsonl#b"}
+    assert verify_receipt(receipt, docs).holds
+
+    rows[1]["text"] = rows[1]["text"].replace("ack timeout", "lease reads")
+    docs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = verify_receipt(receipt, docs)
+    assert {(c.source_path, c.status) for c in report.citations} == {
+        ("docs.jsonl#a", "valid"),
+        ("docs.jsonl#b", "changed"),
+    }
+    docs.write_text(json.dumps(rows[0]) + "\n")
+    (gone,) = [c for c in verify_receipt(receipt, docs).citations if c.source_path == "docs.jsonl#b"]
+    assert gone.status == "missing" and "not found" in gone.detail
