@@ -9,11 +9,14 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from race.attach import add_milvus_command
 from race.version import __version__
 from rsc import InputError, RaceError, ReplayError, canonical_pretty, most_specific
+
+if TYPE_CHECKING:
+    from planner import LogicalPlan
 
 EXIT_BAD_INPUT = 2
 
@@ -57,7 +60,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     def report(backend: str, done: int, total: int) -> None:
         bar = bars.get(backend)
         if bar is None:
-            bar = bars[backend] = tqdm(total=total, desc=f"index {backend}", unit="chunk", file=sys.stderr, leave=True)
+            # Progress is drawn only for a person watching a terminal, never into a log or pipe.
+            bar = bars[backend] = tqdm(
+                total=total, desc=f"index {backend}", unit="chunk", file=sys.stderr, disable=not sys.stderr.isatty()
+            )
         bar.update(done - bar.n)
 
     try:
@@ -71,16 +77,28 @@ def cmd_index(args: argparse.Namespace) -> int:
     finally:
         for bar in bars.values():
             bar.close()
+    if args.json:
+        sys.stdout.write(canonical_pretty(dict(sorted(generations.items()))) + "\n")
+        return 0
     for backend, generation in sorted(generations.items()):
         print(f"{backend}\t{generation}")
     return 0
+
+
+def _parse_plan(name: str) -> LogicalPlan:
+    """The plan of a file argument; ``-`` reads it from standard input."""
+    from race.engine import Engine
+
+    if name == "-":
+        return Engine.parse(sys.stdin.buffer.read(), where="<stdin>")
+    return Engine.parse(Path(name))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from planner import render_json, render_text
     from race.engine import Engine
 
-    logical = Engine.parse(Path(args.plan))
+    logical = _parse_plan(args.plan)
     engine = _engine(args)
     assert isinstance(engine, Engine)
     explain = engine.plan_sync(logical, where=args.plan)
@@ -92,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from race.engine import Engine
     from race.render import receipt_json, receipt_text
 
-    logical = Engine.parse(Path(args.plan))
+    logical = _parse_plan(args.plan)
     engine = _engine(args)
     assert isinstance(engine, Engine)
     retain = Path(args.retain) if args.retain else None
@@ -251,12 +269,23 @@ def cmd_rsc(args: argparse.Namespace) -> int:
     from rsc import load_contract
 
     if args.rsc_command == "validate":
-        contract = load_contract(Path(args.file))
-        print(f"ok {contract.ref} ({contract.backend}, mode {contract.mode})")
+        if args.file == "-":
+            from rsc import parse_contract
+
+            contract = parse_contract(sys.stdin.buffer.read(), where="<stdin>")
+        else:
+            contract = load_contract(Path(args.file))
+        if args.json:
+            sys.stdout.write(canonical_pretty(contract) + "\n")
+        else:
+            print(f"ok {contract.ref} ({contract.backend}, mode {contract.mode})")
         return 0
     from backends import shipped_contracts
 
     contracts = shipped_contracts(remote=True)
+    if args.rsc_command == "list" and args.json:
+        sys.stdout.write(canonical_pretty(list(contracts)) + "\n")
+        return 0
     if args.rsc_command == "list":
         for c in contracts:
             filters = ", ".join(f"{k}:{v.support.value}" for k, v in sorted(c.filters.items()))
@@ -342,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
     p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
     p.add_argument("--out", required=True, help="index directory to create or replace")
+    p.add_argument("--json", action="store_true", help="print the generations as JSON")
     p.add_argument(
         "--ray", nargs="?", const="local", metavar="ADDRESS", help="embed on Ray ('local', the default, or an address)"
     )
@@ -359,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("run", cmd_run, "execute a logical plan and print the receipt"),
     ):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("plan", help="logical plan JSON file")
+        p.add_argument("plan", help="logical plan JSON file, or - for standard input")
         p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
         p.add_argument("--json", action="store_true", help="canonical JSON output")
         p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
@@ -395,11 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rsc", help="the retrieval semantic contracts known, and their checks")
     rsc_sub = p.add_subparsers(dest="rsc_command", required=True)
-    rsc_sub.add_parser("list", help="every known contract")
+    listing = rsc_sub.add_parser("list", help="every known contract")
+    listing.add_argument("--json", action="store_true", help="the contracts as canonical JSON")
     show = rsc_sub.add_parser("show", help="one contract as canonical JSON")
     show.add_argument("rsc_id")
     validate = rsc_sub.add_parser("validate", help="check one RSC file")
-    validate.add_argument("file")
+    validate.add_argument("file", help="the RSC JSON file, or - for standard input")
+    validate.add_argument("--json", action="store_true", help="print the validated contract as canonical JSON")
     p.set_defaults(func=cmd_rsc)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a document type")
