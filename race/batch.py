@@ -27,7 +27,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import orjson
@@ -35,6 +35,9 @@ import orjson
 from race.receipt import Receipt
 from rsc import InputError, RaceError, ReplayError, canonical_json, fingerprint_bytes, most_specific
 from rsc.records import Record
+
+if TYPE_CHECKING:
+    from race.engine import Engine, PlanInput
 
 BATCH_SCHEMA_VERSION = "race.batch/1"
 
@@ -86,7 +89,7 @@ class EngineOptions:
     remote_timeout: float = 5.0
     early_stop: bool = True
 
-    def open(self) -> Any:
+    def open(self) -> Engine:
         from race.engine import Engine, load_statistics
 
         stats = load_statistics(self.statistics) if self.statistics is not None else None
@@ -147,11 +150,10 @@ def failure(exc: BaseException) -> PlanFailure:
     return PlanFailure(kind=kind, type=type(exc).__name__, message=message)
 
 
-async def run_one(engine: Any, plan: Any, *, where: str) -> Outcome:
+async def run_one(engine: Engine, plan: PlanInput, *, where: str) -> Outcome:
     """One plan's receipt, or its failure: nothing a plan does escapes as an exception."""
     try:
-        receipt: Receipt = await engine.run(plan, where=where)
-        return receipt
+        return await engine.run(plan, where=where)
     except Exception as exc:
         return failure(exc)
 
@@ -173,7 +175,7 @@ def line_result(item: PlanLine, outcome: Outcome) -> LineResult:
     return LineResult(line=item.line, record=record_bytes(item, outcome), kind=kind)
 
 
-async def run_line(engine: Any, item: PlanLine, *, plans: str) -> LineResult:
+async def run_line(engine: Engine, item: PlanLine, *, plans: str) -> LineResult:
     """One plan line's record; ``plans`` names the plans file in error messages."""
     return line_result(item, await run_one(engine, item.text, where=f"{plans}:{item.line}"))
 
@@ -220,7 +222,9 @@ async def run_outcomes(
             group.start_soon(one, index)
 
 
-async def run_many(engine: Any, plans: Sequence[Any], *, concurrency: int = 4, where: str = "plan") -> list[Outcome]:
+async def run_many(
+    engine: Engine, plans: Sequence[PlanInput], *, concurrency: int = 4, where: str = "plan"
+) -> list[Outcome]:
     """Every plan's receipt or failure, in the order given (``Engine.run_many``)."""
     out: list[Outcome | None] = [None] * len(plans)
 
@@ -244,7 +248,10 @@ class RecordWriter:
     def __init__(self, path: Path, *, sync: bool = True) -> None:
         self.path = path
         self.sync = sync
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise InputError(f"cannot write: {exc.strerror}", where=str(path)) from exc
 
     def write(self, record: bytes) -> None:
         view = memoryview(record)
@@ -294,9 +301,9 @@ def resume(out: Path, plans: Sequence[PlanLine]) -> set[int]:
             kept.append(raw + b"\n")
     if b"".join(kept) != data:
         temporary = out.with_name(f".{out.name}.resume")
-        with RecordWriter(temporary, sync=False) as writer:
+        temporary.unlink(missing_ok=True)  # left by a resume that crashed
+        with RecordWriter(temporary) as writer:
             writer.write(b"".join(kept))
-            os.fsync(writer._fd)
         os.replace(temporary, out)
     return done
 
@@ -372,6 +379,7 @@ def run_batch_file(
             else:
 
                 async def run(index: int) -> LineResult:
+                    assert engine is not None
                     return await run_line(engine, todo[index], plans=str(plans))
 
                 anyio.run(lambda: run_outcomes(run, len(todo), concurrency=concurrency, emit=lambda _, r: emit(r)))

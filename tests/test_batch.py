@@ -139,6 +139,7 @@ def test_batch_bad_input_writes_nothing(index_dir: Path, tmp_path: Path, capsys:
         (["batch", str(tmp_path / "absent.jsonl"), "--out", str(out), "--index", str(index_dir)], "absent.jsonl"),
         (["batch", str(plans), "--out", str(out), "--index", str(index_dir), "--concurrency", "0"], "--concurrency"),
         (["batch", str(plans), "--out", str(out), "--index", str(tmp_path / "no-index")], "no-index"),
+        (["batch", str(plans), "--out", str(tmp_path / "absent" / "r.jsonl"), "--index", str(index_dir)], "absent"),
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err
