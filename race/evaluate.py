@@ -235,9 +235,17 @@ async def evaluate(
         if j.query in by_id:
             relevant.setdefault(j.query, {})[j.doc] = max(j.grade, relevant.get(j.query, {}).get(j.doc, 0))
     unjudged = sorted(set(by_id) - set(relevant))
+    covered: dict[str, set[str]] = {}
     for p in plans:
         if p.query not in by_id:
             raise InputError(f"plan for unknown query {p.query!r}", where="plans")
+        if p.strategy in strategies:
+            raise InputError(f"strategy {p.strategy!r} is also a built-in strategy of this run", where="plans")
+        covered.setdefault(p.strategy, set()).add(p.query)
+    for name, answered in sorted(covered.items()):
+        # A strategy is compared on the same queries as the others, or not at all.
+        if answered != set(by_id):
+            raise InputError(f"strategy {name!r} has plans for {len(answered)} of {len(by_id)} queries", where="plans")
     runs: dict[str, dict[str, Ranking]] = {}
     for strategy in strategies:
         for q in queries:

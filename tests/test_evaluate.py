@@ -13,6 +13,7 @@ from race.cli import main
 from race.engine import Engine
 from race.eval_stats import EvalReport, per_query_scores
 from race.evaluate import EvalQuery, Ranking, load_judgments, load_queries, work_orders
+from rsc import InputError
 from tests.conftest import FIXTURES
 
 EVAL = FIXTURES / "eval" / "kestrel"
@@ -104,3 +105,29 @@ def test_cli_eval_writes_json_markdown_and_png(
     assert (tmp_path / "small.md").read_text() == table
     assert (tmp_path / "small.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["eval", *args, "--strategies", "fuzzy"]) == 2
+
+
+def test_labelled_plans_are_scored_beside_the_strategies(
+    session_engine: Engine, small_set: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from race.evaluate import LabelledPlan, strategy_plan
+
+    queries, qrels = load_queries(small_set[0]), load_judgments(small_set[1])
+    # A plan of one's own: BM25 restricted to official documents.
+    plans = []
+    for q in queries:
+        plan = strategy_plan(q, "lexical", k=40)
+        plan["obligations"][0]["hard_filters"] = [{"field": "authority", "op": "eq", "value": "official"}]
+        plans.append(LabelledPlan(query=q.id, strategy="official-bm25", plan=plan))
+
+    async def run(chosen: list[LabelledPlan]) -> EvalReport:
+        report: EvalReport = await session_engine.evaluate(
+            queries, qrels, strategies=("lexical",), plans=chosen, samples=100
+        )
+        return report
+
+    report = anyio.run(run, plans)
+    assert report.strategies == ("lexical", "official-bm25")
+    assert report.overall["official-bm25"]["R@10"].mean <= report.overall["lexical"]["R@10"].mean
+    with pytest.raises(InputError, match="plans for 3 of 4 queries"):
+        anyio.run(run, plans[1:])
