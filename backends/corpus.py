@@ -325,3 +325,41 @@ def _load_edges(path: Path, schema: CorpusSchema) -> tuple[Edge, ...]:
             )
         edges.append(edge)
     return tuple(sorted(edges, key=lambda e: (e.src, e.relation, e.dst)))
+
+
+def infer_schema(path: Path) -> CorpusSchema:
+    """A schema for a corpus that has none, from the values it holds, for the user to review:
+    a field is the narrowest type every one of its values fits (``keyword`` when none does);
+    fields and relations whose names the default schema gives a role get that role."""
+    from backends.schema import infer_field, infer_relations
+
+    if not path.exists():
+        raise CorpusError("no such corpus file or folder", where=str(path))
+    values: dict[str, list[Any]] = {}
+    if path.is_dir():
+        edges_path = path / "edges.jsonl"
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix == ".md")
+        for file in files:
+            rel = file.relative_to(path).as_posix()
+            try:
+                text = file.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorpusError(f"not UTF-8 text (byte {exc.start})", where=rel) from exc
+            front, _, _ = parse_front_matter(text.splitlines(keepends=True), rel)
+            for key, value in front.items():
+                if key not in ("id", "title"):
+                    values.setdefault(key, []).append(value)
+    else:
+        edges_path = path.with_name(path.stem + ".edges.jsonl")
+        if not edges_path.exists():
+            edges_path = path.parent / "edges.jsonl"
+        for _, raw in _jsonl(path):
+            for key, value in raw.items():
+                if key not in ("id", "title", "text", "path"):
+                    values.setdefault(key, []).append(value)
+    relations = sorted({str(raw.get("relation")) for _, raw in _jsonl(edges_path)}) if edges_path.exists() else []
+    return CorpusSchema(
+        schema_version="race.schema/1",
+        fields={name: infer_field(name, found) for name, found in sorted(values.items())},
+        relations=infer_relations(relations),
+    )

@@ -383,3 +383,46 @@ def default_schema() -> CorpusSchema:
 def schema_document(schema: CorpusSchema) -> str:
     """The schema as the JSON file a user keeps beside the corpus."""
     return json.dumps(schema.model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+
+
+# -- inference -------------------------------------------------------------------------------------
+
+_INFERRED_ORDER = (
+    FieldType.BOOLEAN,
+    FieldType.INTEGER,
+    FieldType.FLOAT,
+    FieldType.DATE,
+    FieldType.DATETIME,
+)
+
+
+def infer_field(name: str, values: list[Any]) -> FieldSpec:
+    """The narrowest type all ``values`` fit (``keyword[]`` if any is a list), and the role the
+    default schema gives a field of this name, if the type allows it."""
+    present = [v for v in values if v not in (None, "", [])]
+    kind = FieldType.KEYWORD
+    if any(isinstance(v, list) for v in present):
+        kind = FieldType.KEYWORDS
+    else:
+        for candidate in _INFERRED_ORDER:
+            try:
+                for value in present:
+                    _normalize(candidate, value)
+            except ValueError:
+                continue
+            if present:
+                kind = candidate
+                break
+    default = default_schema().fields.get(name)
+    roles = tuple(r for r in (default.roles if default else ()) if kind in _ROLE_TYPES[r])
+    return FieldSpec(type=kind, roles=roles)
+
+
+def infer_relations(names: list[str]) -> dict[str, RelationSpec]:
+    known = default_schema().relations
+    return {name: known.get(name, RelationSpec()) for name in sorted(names)}
+
+
+def schema_file_for(corpus: Path) -> Path:
+    """Where ``race index --infer-schema`` writes the schema of ``corpus``."""
+    return corpus / "schema.json" if corpus.is_dir() else corpus.with_name(f"{corpus.stem}.schema.json")

@@ -50,7 +50,30 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_infer_schema(corpus: Path) -> int:
+    from backends.corpus import infer_schema
+    from backends.schema import schema_document, schema_file_for, schema_path
+
+    existing = schema_path(corpus) if corpus.exists() else None
+    if existing is not None:
+        raise InputError("the corpus already has a schema; edit it, or move it away to infer anew", where=str(existing))
+    schema = infer_schema(corpus)
+    target = schema_file_for(corpus)
+    target.write_text(schema_document(schema), encoding="utf-8")
+    for name, spec in schema.fields.items():
+        roles = f" roles={','.join(r.value for r in spec.roles)}" if spec.roles else ""
+        print(f"field {name}: {spec.type.value}{roles}")
+    for name, rel in schema.relations.items():
+        print(f"relation {name}: {rel.role.value}")
+    print(f"race: wrote {target}; review it, then run `race index {corpus} --out DIR`", file=sys.stderr)
+    return 0
+
+
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.infer_schema:
+        return cmd_infer_schema(Path(args.corpus))
+    if not args.out:
+        raise InputError("--out DIR is required (or --infer-schema to write a schema for review)", where="race index")
     from tqdm import tqdm
 
     from race.indexing import build_index
@@ -281,8 +304,10 @@ def cmd_rsc(args: argparse.Namespace) -> int:
             print(f"ok {contract.ref} ({contract.backend}, mode {contract.mode})")
         return 0
     from backends import shipped_contracts
+    from race.indexing import index_contracts
 
-    contracts = shipped_contracts(remote=True)
+    index = getattr(args, "index", None)
+    contracts = index_contracts(Path(index)) if index else shipped_contracts(remote=True)
     if args.rsc_command == "list" and args.json:
         sys.stdout.write(canonical_pretty(list(contracts)) + "\n")
         return 0
@@ -370,7 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
     p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
-    p.add_argument("--out", required=True, help="index directory to create or replace")
+    p.add_argument("--out", help="index directory to create or replace")
+    p.add_argument(
+        "--infer-schema",
+        action="store_true",
+        help="write a schema.json inferred from the corpus beside it, for review (builds nothing)",
+    )
     p.add_argument("--json", action="store_true", help="print the generations as JSON")
     p.add_argument(
         "--ray", nargs="?", const="local", metavar="ADDRESS", help="embed on Ray ('local', the default, or an address)"
@@ -429,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="the contracts as canonical JSON")
     show = rsc_sub.add_parser("show", help="one contract as canonical JSON")
     show.add_argument("rsc_id")
+    for sub_parser in (listing, show):
+        sub_parser.add_argument("--index", help="the contracts generated for this index (default: the shipped ones)")
     validate = rsc_sub.add_parser("validate", help="check one RSC file")
     validate.add_argument("file", help="the RSC JSON file, or - for standard input")
     validate.add_argument("--json", action="store_true", help="print the validated contract as canonical JSON")

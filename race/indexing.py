@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from backends import LOCAL_ADAPTERS, Adapter, load_corpus
 from backends.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
-from rsc import IndexMissingError, InputError
+from rsc import Contract, IndexMissingError, InputError
 
 if TYPE_CHECKING:
     from backends.embedding import Embedder
@@ -116,3 +116,17 @@ def check_plan_filters(plan: LogicalPlan, adapters: Iterable[Adapter], *, where:
     for op in plan.operators:
         for flt in getattr(op, "filters", ()):
             check_filter(schema, flt, where=f"{where}: operator {op.id}")
+
+
+def index_contracts(index_dir: Path) -> tuple[Contract, ...]:
+    """The contracts generated for every backend of an index (the shipped ones of a backend whose
+    index predates generated contracts), sorted by id and version."""
+    from backends import shipped_contracts
+    from backends.generated import read_contracts
+
+    built = read_manifest(index_dir).get("backends", [])
+    found: list[Contract] = []
+    for backend in sorted(built) if isinstance(built, list) else ():
+        generated = read_contracts(index_dir / str(backend))
+        found += generated if generated is not None else [c for c in shipped_contracts() if c.backend == backend]
+    return tuple(sorted(found, key=lambda c: (c.rsc_id, c.version)))

@@ -141,3 +141,10 @@ def test_a_filter_value_that_does_not_fit_its_field_is_bad_input(
     code = main(["plan", str(plan), "--index", str(index2)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and fragment in err and "plan.json" in err, err
+
+
+def test_rsc_list_of_the_index_names_its_own_fields(index2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rsc", "list", "--index", str(index2)]) == 0
+    bm25 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tantivy.bm25@"))
+    assert "severity:native_prefilter_exact" in bm25 and "tags:native_prefilter_exact" in bm25
+    assert "doc_type" not in bm25

@@ -216,3 +216,33 @@ def test_bad_corpora_fail_closed_with_one_line(
         assert fragment in captured.err, f"{fragment!r} not in {captured.err!r}"
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+# -- command line --------------------------------------------------------------------------------
+
+
+def test_infer_schema_writes_one_for_review_and_refuses_to_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BUNDLED_CORPUS, corpus)
+    (corpus / "schema.json").unlink()
+    assert main(["index", str(corpus), "--infer-schema"]) == 0
+    assert load_schema(corpus) == default_schema(), "the bundled corpus infers to exactly its declared schema"
+    out = capsys.readouterr().out
+    assert "field date: date roles=date" in out and "relation supersedes: supersedes" in out
+    assert main(["index", str(corpus), "--infer-schema"]) == 2
+    assert "already has a schema" in capsys.readouterr().err
+
+
+def test_rsc_list_shows_the_contracts_generated_for_an_index(
+    index_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rsc", "list", "--index", str(index_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("tantivy.bm25@") and "doc_type:native_prefilter_exact" in line for line in lines)
+    assert not any(line.startswith("remote.") for line in lines), "an index has no remote contracts"
+    assert main(["rsc", "show", "lancedb.flat_prefilter", "--index", str(index_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["filters"]["date"]["ops"] == ["eq", "in", "range"]
