@@ -59,9 +59,13 @@ def calibrate(adapter: LanceAdapter, *, k: int = 10, seed: int = 7) -> tuple[Cal
     norms = np.linalg.norm(vectors, axis=1)
     unit = vectors / np.where(norms == 0.0, 1.0, norms)[:, None]
     rng = np.random.default_rng(seed)
+    schema = getattr(adapter, "_corpus_schema", None)
+    if schema is not None:
+        # Only the fields a plan may filter on: a field kept in custody only is in no contract.
+        filterable = set(schema.filterable())
+        metas = [{f: v for f, v in meta.items() if f in filterable} for meta in metas]
     cases = _cases(metas, rows, rng)
     nprobes = ann_nprobes(ann_partitions(rows))
-    schema = getattr(adapter, "_corpus_schema", None)
     out = []
     for contract in sorted(contracts, key=lambda c: c.rsc_id):
 
