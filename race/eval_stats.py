@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from rsc import CanonicalFloat, Record
+from rsc import CanonicalFloat, RaceError, Record
 
 EVAL_SCHEMA_VERSION = "race.eval/1"
 MEASURES = ("nDCG@10", "R@10", "RR", "P@5")
@@ -73,7 +73,13 @@ class EvalReport(Record):
 
 
 def _ir_measures() -> Any:
-    return importlib.import_module("ir_measures")
+    try:
+        return importlib.import_module("ir_measures")
+    except ImportError as exc:
+        raise RaceError(
+            "race eval needs ir-measures (and matplotlib for its plot): pip install 'race-engine[dev]'",
+            where="race eval",
+        ) from exc
 
 
 def per_query_scores(
