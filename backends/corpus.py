@@ -18,12 +18,14 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
 from pydantic import Field, ValidationError
 
+from backends.chunking import TokenCounter, fit, sections
 from backends.schema import CorpusSchema, default_schema, load_schema
 from rsc import CorpusError, Record, fingerprint, first_validation_error
 from rsc.records import MetadataValue
@@ -34,8 +36,6 @@ METADATA_FIELDS: tuple[str, ...] = ("doc_type", "date", "component", "version", 
 EDGE_RELATIONS: tuple[str, ...] = ("cites", "supersedes", "derived_from", "mentions", "depends_on")
 """The relations of the default schema."""
 
-_MAX_SECTION_LINES = 40
-_TEXT_PARAGRAPH_LINES = 15
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+~-]*$")
 
 class Chunk(Record):
@@ -71,16 +71,26 @@ class Corpus(Record):
         return tuple(sorted({c.doc_id for c in self.chunks}))
 
 
-def load_corpus(path: Path, schema: CorpusSchema | None = None) -> Corpus:
+@dataclass(frozen=True)
+class Chunking:
+    """How documents are cut: by markdown structure, then (with ``tokens``, the embedder's
+    tokenizer) into windows the model reads whole, overlapping by ``overlap`` tokens."""
+
+    tokens: TokenCounter | None = None
+    overlap: int = 32
+
+
+def load_corpus(path: Path, schema: CorpusSchema | None = None, chunking: Chunking | None = None) -> Corpus:
     """Load a corpus folder or JSONL file under its schema (the one beside it unless given);
     every defect names its file and line."""
     if not path.exists():
         raise CorpusError("no such corpus file or folder", where=str(path))
     schema = schema if schema is not None else load_schema(path)
+    how = chunking or Chunking()
     if path.is_dir():
-        chunks, edges_path = _load_folder(path, schema), path / "edges.jsonl"
+        chunks, edges_path = _load_folder(path, schema, how), path / "edges.jsonl"
     else:
-        chunks, edges_path = _load_jsonl_documents(path, schema), path.with_name(path.stem + ".edges.jsonl")
+        chunks, edges_path = _load_jsonl_documents(path, schema, how), path.with_name(path.stem + ".edges.jsonl")
         if not edges_path.exists():
             edges_path = path.parent / "edges.jsonl"
     edges = _load_edges(edges_path, schema) if edges_path.exists() else ()
@@ -132,52 +142,6 @@ def parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], di
 
 
 
-def _sections(lines: list[str], body_start: int, markdown: bool) -> Iterable[tuple[int, int, str]]:
-    """(first line index, last line index inclusive, heading) for each chunk."""
-    spans: list[tuple[int, int, str]] = []
-    start: int | None = None
-    heading = ""
-
-    def close(end: int) -> None:
-        nonlocal start
-        if start is None:
-            return
-        while end >= start and not lines[end].strip():
-            end -= 1
-        if end >= start:
-            spans.append((start, end, heading))
-        start = None
-
-    for i in range(body_start, len(lines)):
-        line = lines[i]
-        if markdown and line.startswith("## "):
-            close(i - 1)
-            start, heading = i, line[3:].strip()
-        elif markdown and line.startswith("# ") and start is None:
-            continue
-        elif start is None and line.strip():
-            start = i
-    close(len(lines) - 1)
-    limit = _MAX_SECTION_LINES if markdown else _TEXT_PARAGRAPH_LINES
-    for first, last, head in spans:
-        yield from _split_long(lines, first, last, head, limit)
-
-
-def _split_long(lines: list[str], first: int, last: int, heading: str, limit: int) -> Iterable[tuple[int, int, str]]:
-    if last - first + 1 <= limit:
-        yield first, last, heading
-        return
-    start = first
-    for i in range(first, last + 1):
-        if i - start + 1 >= limit and not lines[i].strip():
-            yield start, i - 1, heading
-            start = i + 1
-            while start <= last and not lines[start].strip():
-                start += 1
-    if start <= last:
-        yield start, last, heading
-
-
 def chunk_document(
     *,
     doc_id: str,
@@ -188,30 +152,38 @@ def chunk_document(
     source_hash: str,
     metadata: dict[str, MetadataValue],
     markdown: bool,
+    chunking: Chunking | None = None,
 ) -> list[Chunk]:
     """The chunks of one document whose metadata is already validated; lines before
     ``body_start`` (front matter) belong to no chunk."""
     lines = text.splitlines(keepends=True)
     if not title and markdown:
         title = next((ln[2:].strip() for ln in lines[body_start:] if ln.startswith("# ")), "")
+    title = title or doc_id
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
+    pieces = sections(lines, body_start, markdown)
+    if chunking is not None and chunking.tokens is not None:
+        pieces = fit(pieces, lines, offsets, title=title, counter=chunking.tokens, overlap=chunking.overlap)
     chunks = []
-    for n, (first, last, heading) in enumerate(_sections(lines, body_start, markdown)):
-        chunk_text = "".join(lines[first : last + 1]).rstrip("\n")
+    for n, piece in enumerate(pieces):
+        if piece.char_start is not None and piece.char_end is not None:
+            char_start, chunk_text = piece.char_start, text[piece.char_start : piece.char_end]
+        else:
+            char_start, chunk_text = offsets[piece.first], "".join(lines[piece.first : piece.last + 1]).rstrip("\n")
         chunks.append(
             Chunk(
                 chunk_id=f"{doc_id}#{n}",
                 doc_id=doc_id,
-                title=title or doc_id,
-                section=heading,
+                title=title,
+                section=piece.heading,
                 text=chunk_text,
                 source_path=source_path,
-                line_start=first + 1,
-                line_end=last + 1,
-                char_start=offsets[first],
-                char_end=offsets[first] + len(chunk_text),
+                line_start=piece.first + 1,
+                line_end=piece.last + 1,
+                char_start=char_start,
+                char_end=char_start + len(chunk_text),
                 source_hash=source_hash,
                 metadata=metadata,
             )
@@ -219,7 +191,7 @@ def chunk_document(
     return chunks
 
 
-def _load_folder(root: Path, schema: CorpusSchema) -> list[Chunk]:
+def _load_folder(root: Path, schema: CorpusSchema, chunking: Chunking) -> list[Chunk]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".md", ".txt"))
     files = [p for p in files if p.name.lower() != "readme.md" or p.parent != root]
     chunks: list[Chunk] = []
@@ -256,11 +228,12 @@ def _load_folder(root: Path, schema: CorpusSchema) -> list[Chunk]:
             source_hash=_sha256(data),
             metadata=metadata,
             markdown=markdown,
+            chunking=chunking,
         )
     return chunks
 
 
-def _load_jsonl_documents(path: Path, schema: CorpusSchema) -> list[Chunk]:
+def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking) -> list[Chunk]:
     chunks: list[Chunk] = []
     own = frozenset({schema.id_field, schema.title_field, schema.text_field, "path"})
     seen: dict[str, str] = {}
@@ -289,6 +262,7 @@ def _load_jsonl_documents(path: Path, schema: CorpusSchema) -> list[Chunk]:
             source_hash=_sha256(text.encode("utf-8")),
             metadata=metadata,
             markdown=True,
+            chunking=chunking,
         )
     return chunks
 

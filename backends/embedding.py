@@ -36,6 +36,7 @@ import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 from tokenizers import Tokenizer
 
+from backends.chunking import TokenCounter
 from rsc import ModelMissingError, Record
 
 FloatArray = npt.NDArray[np.float32]
@@ -439,3 +440,22 @@ class MiniLMEmbedder:
             for start in range(0, len(texts), _BATCH):
                 out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH])
         return out
+
+
+def token_counter(model_dir: Path | None = None) -> TokenCounter | None:
+    """The model's own tokenizer, without truncation, for the chunker (``None`` when the model
+    is not installed): what a text costs in word pieces, and how many the model reads."""
+    folder = model_dir if model_dir is not None else default_model_dir()
+    if folder is None or not (folder / "tokenizer.json").is_file() or not (folder / "config.json").is_file():
+        return None
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    max_tokens = min(_max_seq_length(folder, 256), int(config["max_position_embeddings"]))
+
+    def offsets(text: str) -> list[tuple[int, int]]:
+        encoding = tokenizer.encode(text, add_special_tokens=False)
+        return [(int(a), int(b)) for a, b in encoding.offsets]
+
+    return TokenCounter(offsets=offsets, max_tokens=max_tokens)

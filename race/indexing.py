@@ -35,7 +35,11 @@ def build_index(
 ) -> dict[str, str]:
     """Build every local backend's index of ``corpus_path`` into ``out``; return generations.
     ``embedder`` embeds the vector index's chunks (default: the model, in this process)."""
-    corpus = load_corpus(corpus_path)
+    from backends.corpus import Chunking
+    from backends.embedding import token_counter
+
+    # Chunks are cut to the embedder's tokenizer where the model is installed (SPEC §7).
+    corpus = load_corpus(corpus_path, chunking=Chunking(tokens=token_counter()))
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", where=str(out))
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():

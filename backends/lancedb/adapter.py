@@ -54,7 +54,7 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder, token_counter
 from backends.generated import generate_contracts, read_contracts, schema_json, schema_of, write_contracts
 from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from rsc import (
@@ -390,6 +390,7 @@ class LanceAdapter(Adapter):
         self._path = path
         self._manifest = manifest
         self._corpus_schema = schema_of(manifest)
+        self._truncated: dict[str, dict[str, int]] = manifest.get("truncated") or {}
         self._embedder = embedder
         self._embedder_identity = EmbedderIdentity.model_validate(manifest["embedder"])
         self._embedder_fingerprint = fingerprint(self._embedder_identity)
@@ -433,6 +434,7 @@ class LanceAdapter(Adapter):
             vectors[start : start + len(batch)] = embedder.embed([chunk_text(c) for c in batch])
             if progress:
                 progress(start + len(batch), len(chunks))
+        truncated, tokens = _truncation(chunks, embedder)
         db = lancedb.connect(str(path))
         schema = corpus.corpus_schema
         table = db.create_table(TABLE, chunk_rows(chunks, vectors, corpus.revision, identity.dims, schema))
@@ -447,6 +449,9 @@ class LanceAdapter(Adapter):
             "embedder": identity.model_dump(mode="json"),
             "schema": schema_json(schema),
             "table": TABLE,
+            # Text the model did not read, by document: chunk id -> tokens past its window.
+            "text_tokens": tokens,
+            "truncated": truncated,
             "ann_index": {
                 "type": "IVF_FLAT",
                 "distance": "cosine",
@@ -747,6 +752,7 @@ class LanceAdapter(Adapter):
                     ),
                 )
             )
+        gaps += self._truncation_gaps(request, hits)
         if fast_search and mode != MODE_FLAT and snap.unindexed_rows > 0:
             gaps.append(
                 self.gap(
@@ -773,6 +779,23 @@ class LanceAdapter(Adapter):
         from backends.lancedb.calibration import read_calibration
 
         return read_calibration(self._path)
+
+    def _truncation_gaps(self, request: ScanRequest, hits: Sequence[Hit]) -> list[Gap]:
+        """A ``truncated_text`` gap for every document among the hits with text past the model's
+        window: this search could not see into that text (SPEC §7)."""
+        gaps = []
+        for doc in sorted({h.doc_id for h in hits} & set(self._truncated)):
+            cut = self._truncated[doc]
+            detail = ", ".join(f"{chunk}: {n} tokens" for chunk, n in sorted(cut.items()))
+            gaps.append(
+                self.gap(
+                    request,
+                    GapKind.TRUNCATED_TEXT,
+                    f"document {doc}: {sum(cut.values())} tokens were never embedded ({detail}); "
+                    f"the vector index cannot find what they say",
+                )
+            )
+        return gaps
 
     def forget_query_vectors(self) -> None:
         """Drop the kept query vectors (benchmarks compare cold embedding against a peer)."""
@@ -822,6 +845,22 @@ class LanceAdapter(Adapter):
                 corpus_revision=corpus_revision,
             )
         )
+
+
+def _truncation(chunks: Sequence[Chunk], embedder: Embedder) -> tuple[dict[str, dict[str, int]], int | None]:
+    """Tokens of each chunk the model does not read (doc id -> chunk id -> tokens), counted
+    with the model's own tokenizer; unknown (empty, ``None``) for another embedder."""
+    counter = token_counter() if isinstance(embedder, MiniLMEmbedder) else None
+    if counter is None:
+        return {}, None
+    out: dict[str, dict[str, int]] = {}
+    total = 0
+    for chunk in chunks:
+        n = counter.count(chunk_text(chunk)) + counter.specials
+        total += n
+        if n > counter.max_tokens:
+            out.setdefault(chunk.doc_id, {})[chunk.chunk_id] = n - counter.max_tokens
+    return out, total
 
 
 def _split_filters(request: ScanRequest) -> tuple[tuple[Filter, ...], tuple[Filter, ...]]:
