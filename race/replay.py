@@ -131,7 +131,9 @@ class ReplayingAdapter(Delegate):
             except (KeyError, TypeError, ValueError) as exc:
                 raise ReplayError(f"artifact {digest} holds no decodable response ({exc})", where=where) from exc
         if outcome == "error":
-            error = art["error"]
+            error = art.get("error")
+            if not isinstance(error, dict) or not {"class", "message"} <= error.keys():
+                raise ReplayError(f"artifact {digest} records an error without its class and message", where=where)
             failure = _ERRORS.get(str(error["class"]), RaceError)(str(error["message"]))
             # The gap names the live exception's type, so the replayed one must carry it.
             failure.original_type = str(error["class"])  # type: ignore[attr-defined]
@@ -160,7 +162,17 @@ class ReplayingRelations:
             self.session.failure = self.session.failure or exc
             raise exc
         self.session.used.add(found[0])
-        answer: dict[str, Any] = found[1]["answer"]
+        answer = found[1].get("answer")
+        if not isinstance(answer, dict) or not all(
+            isinstance(v, str if method == "origins" else list) for v in answer.values()
+        ):
+            broken = ReplayError(
+                f"artifact {found[0]} holds no {method} answer (a JSON object of "
+                f"{'strings' if method == 'origins' else 'lists'})",
+                where=str(artifact_path(self.session.root, found[0])),
+            )
+            self.session.failure = self.session.failure or broken
+            raise broken
         return answer
 
     def origins(self, node_ids: Sequence[str]) -> dict[str, str]:
@@ -224,8 +236,10 @@ class ReplaySession:
                 with_relations=bool(art["relations"]),
                 early_stop=bool(art.get("early_stop", True)),
             )
-        except (KeyError, TypeError, AttributeError, ValidationError) as exc:
-            raise ReplayError(f"plan artifact does not parse ({exc})", where=where) from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # ValidationError is a ValueError; the message is pydantic's, made one line.
+            detail = first_validation_error(exc) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+            raise ReplayError(f"plan artifact does not parse ({detail})", where=where) from exc
         if explain.fingerprints.plan != receipt.fingerprints.plan or fingerprint(explain.physical) != (
             receipt.fingerprints.physical
         ):
