@@ -131,3 +131,15 @@ def test_labelled_plans_are_scored_beside_the_strategies(
     assert report.overall["official-bm25"]["R@10"].mean <= report.overall["lexical"]["R@10"].mean
     with pytest.raises(InputError, match="plans for 3 of 4 queries"):
         anyio.run(run, plans[1:])
+
+
+def test_the_committed_results_are_one_report() -> None:
+    from race.eval_report import markdown
+
+    results = FIXTURES.parent / "benchmarks" / "results"
+    report = EvalReport.model_validate_json((results / "eval_kestrel.json").read_text())
+    assert report.queries == len(load_queries(EVAL / "queries.jsonl"))
+    assert (
+        markdown(report, title="Retrieval quality on the Kestrel corpus") == (results / "eval_kestrel.md").read_text()
+    )
+    assert (results / "eval_kestrel.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
