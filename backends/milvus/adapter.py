@@ -529,7 +529,13 @@ class MilvusAdapter(Adapter):
         return await blocking(self.pinned, generation)
 
     def statistics(self) -> BackendStatistics:
-        generation, rows = self._current()
+        """Row and value counts for the cost model. They only choose among alternatives (I2), so a
+        collection that cannot be read reports none rather than failing the plan; its legs then
+        fail on their own, as gaps."""
+        try:
+            generation, rows = self._current()
+        except (BackendUnavailable, BackendTimeout):
+            return BackendStatistics(backend=self.backend, rows=0)
         if self._stats is not None and self._stats[0] == generation:
             return self._stats[1]
         counts: dict[str, dict[str, int]] = {}

@@ -176,6 +176,7 @@ def test_generation_names_content_and_a_moved_collection_is_refused(small_instan
     with pytest.raises(BackendUnavailable):
         adapter.generation()
     assert anyio.run(Engine({"milvus": adapter}).current_generations) == {"milvus": UNKNOWN_GENERATION}
+    assert adapter.statistics().rows == 0
     gone = adapter.pinned(moved)
     assert isinstance(gone, RefusedSnapshot) and gone.current == UNKNOWN_GENERATION
     with pytest.raises(BackendUnavailable):
