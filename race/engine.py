@@ -402,7 +402,7 @@ class Engine:
         return _blocking(lambda: self.replay(receipt, retained))
 
     def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
-        return anyio.run(lambda: self.run_many(plans, concurrency=concurrency))
+        return _blocking(lambda: self.run_many(plans, concurrency=concurrency))
 
 
 def _blocking(call: Callable[[], Awaitable[_R]]) -> _R:
