@@ -38,6 +38,7 @@ RSC_BY_MODE = {
     "vector_flat": "lancedb.flat_prefilter",
     "vector_ann_prefilter": "lancedb.ann_prefilter",
     "vector_ann_postfilter": "lancedb.ann_postfilter",
+    "vector_exact_matrix": "lancedb.exact_matrix",
 }
 
 pytestmark = pytest.mark.anyio
@@ -103,6 +104,7 @@ def test_contracts_declare_one_honest_class_per_mode() -> None:
         "lancedb.flat_prefilter": FilterSupportClass.NATIVE_PREFILTER_EXACT,
         "lancedb.ann_prefilter": FilterSupportClass.NATIVE_FILTERED_ANN,
         "lancedb.ann_postfilter": FilterSupportClass.POSTFILTER_ONLY,
+        "lancedb.exact_matrix": FilterSupportClass.NATIVE_PREFILTER_EXACT,
     }
     for mode, rsc_id in RSC_BY_MODE.items():
         contract = contracts[rsc_id]
@@ -115,6 +117,7 @@ def test_contracts_declare_one_honest_class_per_mode() -> None:
             assert support.support is expected_support[rsc_id]
             assert (FilterOp.RANGE in support.ops) == (name == "date")
     assert contracts["lancedb.flat_prefilter"].coverage.claim is CoverageClaim.EXHAUSTIVE_TOPK
+    assert contracts["lancedb.exact_matrix"].coverage.claim is CoverageClaim.EXHAUSTIVE_TOPK
 
 
 def test_ann_recall_is_the_committed_benchmark_figure() -> None:

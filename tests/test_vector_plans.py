@@ -88,9 +88,10 @@ def test_an_exhaustive_requirement_never_runs_on_a_postfilter(session_engine: En
     assert receipt.operational.calls == {}
 
 
-def test_an_exhaustive_filtered_vector_search_uses_the_exact_flat_scan(session_engine: Engine) -> None:
+def test_an_exhaustive_filtered_vector_search_uses_the_exact_matrix(session_engine: Engine) -> None:
+    # Both exact contracts reach the coverage; the matrix is the cheaper one.
     receipt = session_engine.run_sync(load_plan("exhaustive_vector.json"))
     ob = receipt.obligations[0]
     assert ob.status is ObligationStatus.SATISFIED
-    assert ob.served_by == ("lancedb.flat_prefilter@1.1.0",)
+    assert ob.served_by == ("lancedb.exact_matrix@1.0.0",)
     assert ob.search_coverage is SearchCoverage.EXHAUSTIVE_FOR_DECLARED_FRAGMENT

@@ -56,6 +56,7 @@ from backends.base import (
 from backends.corpus import Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder, token_counter
 from backends.generated import generate_contracts, read_contracts, schema_json, schema_of, write_contracts
+from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, MatrixStore
 from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from rsc import (
     BackendStatistics,
@@ -410,6 +411,7 @@ class LanceAdapter(Adapter):
         self._vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self._vectors_lock = threading.Lock()
         self._embedding: dict[str, threading.Lock] = {}
+        self._exact = MatrixStore(path / EXACT_DIR, self._versions_dir)
 
     # -- contract, build, open --------------------------------------------------------------
 
@@ -444,6 +446,7 @@ class LanceAdapter(Adapter):
             table.create_index(name, config=_scalar_index(None))
         for name, spec in schema.filterable().items():
             table.create_index(name, config=_scalar_index(spec.type))
+        MatrixStore(path / EXACT_DIR, path / f"{TABLE}.lance" / "_versions").build(table)
         manifest = {
             "corpus_revision": corpus.revision,
             "embedder": identity.model_dump(mode="json"),
@@ -482,6 +485,8 @@ class LanceAdapter(Adapter):
                 where=str(path),
             )
         adapter = cls(path, manifest, embedder)
+        # The exact matrix of the latest version: loaded, or rebuilt if the table moved on.
+        adapter._exact.build(adapter.snapshot().table)
         adapter.generated_contracts = read_contracts(path)
         adapter.corpus_schema = adapter._corpus_schema
         return adapter
@@ -696,7 +701,7 @@ class LanceAdapter(Adapter):
         return str(builder.explain_plan(verbose=True))
 
     def _scan(self, request: ScanRequest) -> ScanResult:
-        if request.mode not in MODES:
+        if request.mode not in (*MODES, MODE_EXACT):
             raise BackendUnavailable(f"lancedb has no mode {request.mode!r}", where=request.rsc_id)
         text = (request.query.text or "").strip()
         if not text:
@@ -710,29 +715,40 @@ class LanceAdapter(Adapter):
         vector, embedded = self._query_vector(text)
         # Random access scores named rows exactly: a flat scan restricted by the identity
         # filter computes each row's distance as the sorted access does.
-        mode = MODE_FLAT if _random(request) else request.mode
+        mode = MODE_FLAT if _random(request) or request.mode == MODE_EXACT else request.mode
+        # The exact matrix answers sorted and random access alike, for the version it was built
+        # from only; for any other snapshot (or none built) LanceDB's flat scan answers instead.
+        exact = (
+            self._exact.answer(snap.version, vector, native, request.k, _CHUNK_COLUMNS)
+            if request.mode == MODE_EXACT
+            else None
+        )
         try:
-            found = vector_query(
-                snap.table,
-                mode,
-                vector,
-                where,
-                request.k,
-                nprobes=self._nprobes,
-                fast_search=fast_search,
-                columns=_CHUNK_COLUMNS,
-            ).to_arrow()
+            if exact is not None:
+                found = exact.rows
+            else:
+                query = vector_query(
+                    snap.table,
+                    mode,
+                    vector,
+                    where,
+                    request.k,
+                    nprobes=self._nprobes,
+                    fast_search=fast_search,
+                    columns=_CHUNK_COLUMNS,
+                )
+                found = query.to_arrow().to_pylist()
         except (ValueError, RuntimeError, OSError) as exc:
             raise BackendUnavailable(f"lancedb search failed: {exc}", where=request.rsc_id) from exc
-        rows = sorted(found.to_pylist(), key=lambda r: (float(r["_distance"]), str(r["chunk_id"])))
+        rows = sorted(found, key=lambda r: (float(r["_distance"]), str(r["chunk_id"])))
         if mode == MODE_ANN_POSTFILTER:
             late, candidates = native, min(request.k, snap.rows)
         else:
             late, candidates = after, len(rows)
             rows = [r for r in rows if all(f.matches(orjson.loads(r["metadata_json"])) for f in after)]
         hits = self._hits(request, rows, generation)
-        matching: int | None = None
-        if late or len(hits) < request.k or mode == MODE_FLAT:
+        matching = exact.total_matches if exact is not None and not after else None
+        if matching is None and (late or len(hits) < request.k or mode == MODE_FLAT):
             # The exact scan reports the size of the fragment it searched; the ANN modes count
             # only for a short answer, to tell an exhausted set from a postfilter that lost rows.
             try:

@@ -417,8 +417,22 @@ class MilvusAdapter(Adapter):
                 where=str(folder),
             )
         adapter = cls(folder, manifest, embedder, timeout=timeout)
+        try:
+            adapter.ensure_loaded()
+        except BaseException:
+            adapter.close()
+            raise
         adapter.generated_contracts = read_contracts(folder)
         return adapter
+
+    def ensure_loaded(self) -> None:
+        """Milvus answers only a loaded collection, and a restarted server (milvus-lite in a new
+        process) holds it released: load it unless it is loaded already."""
+        if not self._call(self._client.has_collection, self._collection):
+            raise IndexMissingError(f"no collection {self._collection!r} at {self._uri}", where=str(self._folder))
+        state = self._call(self._client.get_load_state, self._collection)
+        if "NotLoad" in str(state.get("state") if isinstance(state, dict) else state):
+            self._call(self._client.load_collection, self._collection)
 
     def _template_contract(self) -> Contract:
         wanted = FLAT_CONTRACT if self._index_type == "FLAT" else ANN_CONTRACT

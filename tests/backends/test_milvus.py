@@ -168,6 +168,20 @@ def test_generation_names_content_and_a_moved_collection_is_refused(small_instan
     assert isinstance(adapter.pinned(planned), RefusedSnapshot)
     assert _scan(adapter, request).generation == moved
 
+    # A released collection (as a restarted server holds it) is loaded again when opened.
+    client = MilvusClient(adapter._uri)
+    try:
+        client.release_collection(adapter.collection)
+    finally:
+        client.close()
+    with pytest.raises(BackendUnavailable):
+        adapter.generation()
+    reopened = type(adapter).open(adapter._folder.parent)
+    try:
+        assert reopened.generation() == moved
+    finally:
+        reopened.close()
+
     client = MilvusClient(adapter._uri)
     try:
         client.drop_collection(adapter.collection)
@@ -324,6 +338,7 @@ def test_the_command_line_loads_a_collection_and_runs_a_plan_over_it(
         assert main(["plan", str(plan), "--index", str(index_dir), "--milvus", str(out)]) == 0
         explain = capsys.readouterr().out
         assert "milvus.flat_prefilter@1.0.0" in explain and "tantivy.bm25@" in explain
+        assert "generation  milvus: milvus:race_chunks:index=FLAT/COSINE:rows=213:" in explain
         assert main(["run", str(plan), "--index", str(index_dir), "--milvus", str(out), "--json"]) == 0
         receipt = json.loads(capsys.readouterr().out)
         identities = {h["custody"]["index_identity"] for e in receipt["evidence"] for h in e["hits"]}
