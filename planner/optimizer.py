@@ -138,8 +138,14 @@ def _bottom_up(plan: LogicalPlan, numbering: dict[str, int]) -> list[str]:
     return list(reversed(top_down))
 
 
-def unsatisfiable_gaps(ob: Obligation, matches: Sequence[Match], others: Sequence[Alternative]) -> tuple[Gap, ...]:
-    """Why nothing can serve an obligation, grouped by gap kind; every rejected match named."""
+def unsatisfiable_gaps(
+    ob: Obligation,
+    matches: Sequence[Match],
+    others: Sequence[Alternative],
+    absent: Sequence[tuple[Contract, str]] = (),
+) -> tuple[Gap, ...]:
+    """Why nothing can serve an obligation, grouped by gap kind; every rejected match named,
+    and every ``absent`` contract (one the index was built without) that could have read it."""
     relevant = [m for m in matches if m.reject_gap not in (None, GapKind.NO_ELIGIBLE_BACKEND)]
     kinds = sorted({m.reject_gap for m in relevant if m.reject_gap is not None}, key=lambda k: k.value)
     gaps = []
@@ -155,6 +161,7 @@ def unsatisfiable_gaps(ob: Obligation, matches: Sequence[Match], others: Sequenc
             for a in others
             if a.rejected_because and (a.rsc, a.rejected_because) not in stated
         ]
+        reasons += [f"{c.ref}: {why}" for c, why in absent if ob.query_class in c.query_classes]
         gaps.append(
             Gap(
                 kind=GapKind.NO_ELIGIBLE_BACKEND,
@@ -172,7 +179,9 @@ def compile_plan(
     backend_generations: Mapping[str, str],
     stats: Statistics,
     where: str = "plan",
+    absent: Sequence[tuple[Contract, str]] = (),
 ) -> Explain:
+    """``absent``: contracts the index was built without, and why (a lexical cold start)."""
     check_filter_fields(plan, contracts, where=where)
     usable = pinned_contracts(plan, contracts, where=where)
     by_ref = {c.ref: c for c in usable}
@@ -239,7 +248,7 @@ def compile_plan(
         if best is None:
             assert ob is not None
             # Every rule's reasons, pruned or not: the gaps do not depend on the memo bounds.
-            gaps = unsatisfiable_gaps(ob, ctx.matches, made)
+            gaps = unsatisfiable_gaps(ob, ctx.matches, made, absent)
             best = Alternative(
                 rule="Unsatisfiable",
                 cost=0.0,

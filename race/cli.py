@@ -97,7 +97,13 @@ def cmd_index(args: argparse.Namespace) -> int:
             corpus, out = Path(args.corpus), Path(args.out)
             generations = build_index_on_ray(corpus, out, report, address=args.ray, workers=args.workers)
         else:
-            generations = build_index(Path(args.corpus), Path(args.out), report)
+            generations = build_index(
+                Path(args.corpus),
+                Path(args.out),
+                report,
+                vectors=not args.no_vectors,
+                notice=lambda text: print(f"race: notice: {text}", file=sys.stderr),
+            )
     finally:
         for bar in bars.values():
             bar.close()
@@ -331,6 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--infer-schema",
         action="store_true",
         help="write a schema.json inferred from the corpus beside it, for review (builds nothing)",
+    )
+    p.add_argument(
+        "--no-vectors",
+        action="store_true",
+        help="a lexical-only index (tantivy and graph), no embedding model needed; also the default without one",
     )
     p.add_argument("--json", action="store_true", help="print the generations as JSON")
     p.add_argument(

@@ -19,7 +19,7 @@ from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
 from race.executor import Executor, Lineage
-from race.indexing import check_plan_filters, read_manifest
+from race.indexing import absent_contracts, check_plan_filters, read_manifest
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
 from race.receipt import Lineage as ReceiptLineage
@@ -53,6 +53,9 @@ def _one_error(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R
 
 class Engine:
     """Plans and runs logical plans over the backends of one index directory."""
+
+    absent: tuple[tuple[Contract, str], ...] = ()
+    """Contracts the index was built without (a lexical cold start), each with the reason."""
 
     def __init__(
         self,
@@ -115,9 +118,11 @@ class Engine:
                 adapters[adapter.backend] = adapter.open(index_dir)
         adapters.update(connect_remotes(remotes, timeout=remote_timeout))
         adapters.update(open_milvus(milvus))
-        return cls(
+        engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
+        engine.absent = absent_contracts(index_dir)
+        return engine
 
     @classmethod
     def bundled(cls, cache_dir: Path | None = None) -> Engine:
@@ -229,7 +234,12 @@ class Engine:
         check_plan_filters(plan, self.adapters.values(), where=where)
         stats = self.statistics(generations)
         explain = compile_plan(
-            plan, contracts=self.contracts_at(generations), backend_generations=generations, stats=stats, where=where
+            plan,
+            contracts=self.contracts_at(generations),
+            backend_generations=generations,
+            stats=stats,
+            where=where,
+            absent=self.absent,
         )
         self.plan_cache.put(key, explain)
         return explain, False

