@@ -4,7 +4,6 @@ and nothing written."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -265,15 +264,9 @@ def cmd_rsc(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from pydantic import BaseModel
+    from race.schemas import schema_text
 
-    from planner import Explain, LogicalPlan
-    from race.receipt import Receipt
-    from rsc import Contract
-
-    models: dict[str, type[BaseModel]] = {"plan": LogicalPlan, "rsc": Contract, "receipt": Receipt, "explain": Explain}
-    schema = models[args.document].model_json_schema()
-    sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    sys.stdout.write(schema_text(args.document))
     return 0
 
 

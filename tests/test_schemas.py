@@ -1,0 +1,57 @@
+"""The JSON Schemas carry $schema and $id, the published copies under docs/schemas/ are
+current, and the fixtures validate against them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from race.engine import Engine
+from race.schemas import DOCUMENTS, JSON_SCHEMA_DIALECT, document_schema, schema_text
+from tests.conftest import FIXTURES, ROOT
+
+jsonschema = pytest.importorskip("jsonschema")
+
+PUBLISHED = ROOT / "docs" / "schemas"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_published_schema_is_current(document: str) -> None:
+    schema = document_schema(document)
+    assert schema["$schema"] == JSON_SCHEMA_DIALECT
+    assert schema["$id"].startswith("urn:race:race.")
+    jsonschema.Draft202012Validator.check_schema(schema)
+    published = (PUBLISHED / f"{document}.schema.json").read_text()
+    assert published == schema_text(document), "regenerate with: python -m race.schemas docs/schemas"
+
+
+def _validator(document: str) -> Any:
+    return jsonschema.Draft202012Validator(json.loads((PUBLISHED / f"{document}.schema.json").read_text()))
+
+
+PLANS = sorted(p for p in (FIXTURES / "plans").rglob("*.json") if "schema_version" in p.read_text())
+RSCS = sorted((ROOT / "backends").glob("*/rsc/*.json"))
+EXPLAINS = sorted((FIXTURES / "golden").glob("*.explain.json"))
+
+
+@pytest.mark.parametrize("path", PLANS, ids=[p.name for p in PLANS])
+def test_fixture_plans_validate(path: Path) -> None:
+    _validator("plan").validate(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize("path", RSCS, ids=[p.name for p in RSCS])
+def test_shipped_contracts_validate(path: Path) -> None:
+    _validator("rsc").validate(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize("path", EXPLAINS, ids=[p.name for p in EXPLAINS])
+def test_golden_explains_validate(path: Path) -> None:
+    _validator("explain").validate(json.loads(path.read_text()))
+
+
+def test_a_receipt_validates(session_engine: Engine) -> None:
+    receipt = session_engine.run_sync(FIXTURES / "plans" / "showcase.json")
+    _validator("receipt").validate(json.loads(receipt.model_dump_json()))
