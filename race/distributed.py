@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from backends.embedding import MiniLMEmbedder
 from race.batch import EngineOptions, LineResult, PlanLine, failure, line_result, run_line
 from rsc import InputError
 
 if TYPE_CHECKING:
-    from backends.embedding import EmbedderIdentity, FloatArray
+    from backends.embedding import FloatArray
 
 # A plan queued behind the running one keeps an actor busy while its result travels back.
 _QUEUED_PER_ACTOR = 2
@@ -123,8 +124,6 @@ class EmbeddingWorker:
     """The body of one Ray actor: the embedding model, loaded once when the actor starts."""
 
     def __init__(self) -> None:
-        from backends.embedding import MiniLMEmbedder
-
         self.embedder = MiniLMEmbedder()
         self.identity = self.embedder.identity
 
@@ -133,8 +132,12 @@ class EmbeddingWorker:
         return self.embedder.embed(texts), self.identity
 
 
-class RayEmbedder:
-    """An ``Embedder`` whose vectors are computed by up to ``workers`` Ray actors.
+class RayEmbedder(MiniLMEmbedder):
+    """The embedding model, with its vectors computed by up to ``workers`` Ray actors.
+
+    It is the model (a ``MiniLMEmbedder``: its identity, token limit and tokenizer are this
+    process's, so a build counts truncated text as a local build does); only ``embed`` runs
+    elsewhere.
 
     Each call's texts are dealt to the actors by token count (longest first, each to the least
     loaded actor), every actor's share sorted by token length, and the vectors put back in the
@@ -147,19 +150,15 @@ class RayEmbedder:
         import ray
         from tokenizers import Tokenizer
 
-        from backends.embedding import MiniLMEmbedder, default_model_dir
+        from backends.embedding import default_model_dir
 
-        local = MiniLMEmbedder()
-        self._identity = local.identity
+        super().__init__()
+        self._identity = self.identity
         folder = default_model_dir()
         assert folder is not None  # the identity above loaded the model from it
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self._pool = [ray.remote(num_cpus=1)(EmbeddingWorker).remote() for _ in range(max(1, min(workers, cpus)))]
-
-    @property
-    def identity(self) -> EmbedderIdentity:
-        return self._identity
 
     @property
     def workers(self) -> int:

@@ -118,4 +118,9 @@ def test_an_index_embedded_on_ray_equals_the_local_build(
     assert tables[0].num_rows == 18
     # Vectors and custody columns, byte for byte.
     assert tables[0].equals(tables[1])
+    # The manifests too: chunk and token counts, truncated text, the embedder, the ANN index.
+    for manifest in ("race-index.json", "lancedb/race.json"):
+        assert json.loads((tmp_path / "ray" / manifest).read_text()) == json.loads(
+            (tmp_path / "local" / manifest).read_text()
+        )
     assert ray.is_initialized()
