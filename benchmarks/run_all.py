@@ -17,6 +17,7 @@ BENCHMARKS = (
     ("benchmarks.bench_executor", ()),
     ("benchmarks.bench_graph_expansion", ("graph_expansion",)),
     ("benchmarks.bench_filtered_vectors", ("filtered_vectors",)),
+    ("benchmarks.bench_exact_vectors", ("exact_vectors",)),
     ("benchmarks.bench_early_stop", ("early_stop",)),
     ("benchmarks.bench_startup", ()),
     ("benchmarks.bench_batch", ("batch",)),
