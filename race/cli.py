@@ -4,12 +4,12 @@ and nothing written."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
+from race.arguments import CommandParser, port, seconds
 from race.attach import add_milvus_command
 from race.cli_evidence import add_evidence_commands
 from race.version import __version__
@@ -240,10 +240,15 @@ def cmd_rsc(args: argparse.Namespace) -> int:
             print(f"ok {contract.ref} ({contract.backend}, mode {contract.mode})")
         return 0
     from backends import shipped_contracts
-    from race.indexing import index_contracts
 
     index = getattr(args, "index", None)
-    contracts = index_contracts(Path(index)) if index else shipped_contracts(remote=True)
+    if index:
+        # Only an index's own contracts need race.indexing, which imports every backend.
+        from race.indexing import index_contracts
+
+        contracts = index_contracts(Path(index))
+    else:
+        contracts = shipped_contracts(remote=True)
     if args.rsc_command == "list" and args.json:
         sys.stdout.write(canonical_pretty(list(contracts)) + "\n")
         return 0
@@ -290,35 +295,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """A usage error is bad input like any other: one line naming the command, exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"race: error: {self.prog}: {_one_line_text(message)} (see `{self.prog} --help`)\n")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535)")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="race", description="Physical-plan query engine for multi-backend retrieval.")
+    parser = CommandParser(prog="race", description="Physical-plan query engine for multi-backend retrieval.")
     parser.add_argument("--debug", action="store_true", help="on an internal error, print the traceback")
     parser.add_argument("--version", action="version", version=f"race {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -359,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="canonical JSON output")
         p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
         p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
-        p.add_argument("--remote-timeout", type=_seconds, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
+        p.add_argument("--remote-timeout", type=seconds, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
         if name == "run":
             p.add_argument("--retain", metavar="DIR", help="keep every leg's response as an artifact for replay")
             p.add_argument(
@@ -415,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="serve an index's contracts over HTTP on loopback (race.remote/1)")
     p.add_argument("--index", required=True, help="index directory built by `race index`")
-    p.add_argument("--port", type=_port, default=0, help="TCP port (0: an ephemeral port, printed on stdout)")
+    p.add_argument("--port", type=port, default=0, help="TCP port (0: an ephemeral port, printed on stdout)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (only 127.0.0.0/8)")
     faults = p.add_argument_group("fault injection (tests only; off by default; POST /v1/scan only)")
     faults.add_argument("--fault-delay-ms", type=int, default=0, metavar="N", help="wait N ms before answering")
