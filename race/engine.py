@@ -20,11 +20,13 @@ from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
 from race.executor import Executor, Lineage
 from race.indexing import absent_contracts, check_plan_filters, read_manifest
+from race.instances import connect_remotes as connect_remotes
+from race.instances import known_contracts as known_contracts
+from race.instances import load_statistics as load_statistics
 from race.legs import UNKNOWN_GENERATION
-from race.receipt import CoverageSummary, Operational, Receipt, ReceiptFingerprints
-from race.receipt import Lineage as ReceiptLineage
+from race.receipt import Operational, Receipt
 from race.snapshots import backends_read, pin_snapshots
-from rsc import Contract, Gap, GapKind, ObligationStatus, calibrated, fingerprint, most_specific, weakest
+from rsc import Contract, GapKind, calibrated, most_specific
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
 
@@ -295,7 +297,7 @@ class Engine:
             deadline=deadline,
         )
         root = await executor.run()
-        receipt = self._receipt(logical, explain, executor, root)
+        receipt = executor.receipt(root, models=self.models())
         receipt = recorder.finish(
             receipt,
             plan=logical,
@@ -355,7 +357,7 @@ class Engine:
             contracts=self._contract_refs,
         )
         root = await executor.run()
-        replayed = session.finish(self._receipt(session.plan, session.explain, executor, root, models=session.models))
+        replayed = session.finish(executor.receipt(root, models=session.models))
         operational = Operational(
             wall_ms=round((time.monotonic() - started) * 1000.0, 3),
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},
@@ -363,42 +365,6 @@ class Engine:
             replayed_artifacts=len(session.used),
         )
         return replayed.model_copy(update={"operational": operational})
-
-    def _receipt(
-        self,
-        plan: LogicalPlan,
-        explain: Explain,
-        executor: Executor,
-        root: Any,
-        *,
-        models: tuple[dict[str, str | int], ...] | None = None,
-    ) -> Receipt:
-        obligations = tuple(executor.obligation_receipts[o.id] for o in sorted(plan.obligations, key=lambda o: o.id))
-        operators = tuple(executor.operator_receipts[k] for k in sorted(executor.operator_receipts))
-        gaps: dict[str, Gap] = {}
-        for gap in [g for o in obligations for g in o.gaps] + [g for op in operators for g in op.gaps]:
-            gaps[fingerprint(gap)] = gap
-        statuses = {s.value: sum(1 for o in obligations if o.status is s) for s in ObligationStatus}
-        oppositions = [o.opposition_coverage for o in operators if o.opposition_coverage is not None]
-        fps = explain.fingerprints
-        lineage_id = fingerprint({"plan": fps.plan, "mode": "live"})
-        return Receipt(
-            lineage=ReceiptLineage(id=lineage_id, mode="live"),
-            fingerprints=ReceiptFingerprints(
-                plan=fps.plan, physical=fps.physical, contracts=fps.contracts, backends=fps.backends, caller=fps.caller
-            ),
-            models=self.models() if models is None else models,
-            obligations=obligations,
-            operators=operators,
-            evidence=tuple(executor.evidence(root)),
-            coverage=CoverageSummary(
-                search_coverage=root.coverage,
-                support_closure=root.closure,
-                opposition_coverage=weakest(*oppositions) if oppositions else None,
-                statuses=statuses,
-            ),
-            gaps=tuple(sorted(gaps.values(), key=lambda g: (g.obligation, g.kind.value, g.backend or "", g.detail))),
-        ).with_evidence_fingerprint()
 
     # -- sync wrappers ---------------------------------------------------------------------
 
@@ -425,47 +391,3 @@ def _blocking(call: Callable[[], Awaitable[_R]]) -> _R:
         return anyio.run(call)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-sync") as pool:
         return pool.submit(anyio.run, call).result()
-
-
-def connect_remotes(
-urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
-    """Remote adapters by backend name. Every remote contract names the one backend ``remote``,
-    so an engine reaches at most one server."""
-    from backends.remote import RemoteAdapter
-    from rsc import InputError
-
-    if len(urls) > 1:
-        raise InputError(
-            f"{len(urls)} remotes given; the remote contracts name one backend 'remote', so an engine reaches "
-            "one server",
-            where="--remote",
-        )
-    adapters: dict[str, Adapter] = {}
-    for url in urls:
-        adapters[RemoteAdapter.backend] = RemoteAdapter.connect(url, timeout=timeout)
-    return adapters
-
-
-def load_statistics(path: Path) -> Statistics:
-    from pydantic import ValidationError
-
-    from rsc import InputError, first_validation_error
-    from rsc.canonical import read_json
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
-    try:
-        return Statistics.model_validate(read_json(data, where=str(path), error=InputError))
-    except ValidationError as exc:
-        raise InputError(first_validation_error(exc), where=str(path)) from exc
-
-
-def known_contracts(*, remote: bool = False) -> tuple[Contract, ...]:
-    """Every contract shipped with the local adapters (and, with ``remote``, the remote
-    adapter's), sorted by id and version."""
-    from backends import RemoteAdapter
-
-    adapters: tuple[type[Adapter], ...] = (*LOCAL_ADAPTERS, RemoteAdapter) if remote else LOCAL_ADAPTERS
-    return tuple(sorted((c for a in adapters for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)))

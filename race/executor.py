@@ -24,8 +24,17 @@ from race.legs import LegRecord, LegRunner
 from race.obligations import answer, not_attempted
 from race.operators import OPERATORS
 from race.outcome import Outcome, sorted_gaps, status_of
-from race.receipt import EvidenceItem, Fusion, ObligationReceipt, OperatorReceipt
-from rsc import Contract, OperatorKind
+from race.receipt import (
+    CoverageSummary,
+    EvidenceItem,
+    Fusion,
+    ObligationReceipt,
+    OperatorReceipt,
+    Receipt,
+    ReceiptFingerprints,
+)
+from race.receipt import Lineage as ReceiptLineage
+from rsc import Contract, Gap, ObligationStatus, OperatorKind, fingerprint, weakest
 
 __all__ = ["Executor", "Lineage"]
 
@@ -109,6 +118,35 @@ class Executor:
             )
             for rank, item in enumerate(root.items, start=1)
         ]
+
+    def receipt(self, root: Outcome, *, models: tuple[dict[str, str | int], ...]) -> Receipt:
+        """The run's receipt: every obligation and operator, the evidence, coverage and gaps."""
+        plan, explain = self.plan, self.explain
+        obligations = tuple(self.obligation_receipts[o.id] for o in sorted(plan.obligations, key=lambda o: o.id))
+        operators = tuple(self.operator_receipts[k] for k in sorted(self.operator_receipts))
+        gaps: dict[str, Gap] = {}
+        for gap in [g for o in obligations for g in o.gaps] + [g for op in operators for g in op.gaps]:
+            gaps[fingerprint(gap)] = gap
+        statuses = {s.value: sum(1 for o in obligations if o.status is s) for s in ObligationStatus}
+        oppositions = [o.opposition_coverage for o in operators if o.opposition_coverage is not None]
+        fps = explain.fingerprints
+        return Receipt(
+            lineage=ReceiptLineage(id=fingerprint({"plan": fps.plan, "mode": "live"}), mode="live"),
+            fingerprints=ReceiptFingerprints(
+                plan=fps.plan, physical=fps.physical, contracts=fps.contracts, backends=fps.backends, caller=fps.caller
+            ),
+            models=models,
+            obligations=obligations,
+            operators=operators,
+            evidence=tuple(self.evidence(root)),
+            coverage=CoverageSummary(
+                search_coverage=root.coverage,
+                support_closure=root.closure,
+                opposition_coverage=weakest(*oppositions) if oppositions else None,
+                statuses=statuses,
+            ),
+            gaps=sorted_gaps(gaps.values()),
+        ).with_evidence_fingerprint()
 
     # -- nodes ------------------------------------------------------------------------------
 
