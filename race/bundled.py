@@ -45,8 +45,13 @@ def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -
         pass
     if not quiet:
         print(f"indexing the bundled fixture corpus into {target}", file=sys.stderr)
-    build_index(BUNDLED_CORPUS, target)
+    # Without the embedding model the index is lexical only (a cold start), and the notice says so.
+    build_index(BUNDLED_CORPUS, target, notice=None if quiet else _notice)
     return target
+
+
+def _notice(text: str) -> None:
+    print(f"race: notice: {text}", file=sys.stderr)
 
 
 def _complete(index_dir: Path) -> bool:
