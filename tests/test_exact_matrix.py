@@ -340,16 +340,12 @@ def test_adapter_answers_as_lancedb_flat_does(session_engine: Engine, k: int) ->
         ]
 
 
-def test_stale_matrix_after_a_table_mutation_is_not_served(tmp_path: Path, index_dir: Path) -> None:
-    index = tmp_path / "index"
-    shutil.copytree(index_dir, index)
-    adapter = LanceAdapter.open(index)
-    assert adapter._exact.serving(adapter.snapshot().version) is not None
+def _late_note(index: Path) -> None:
+    """A row written to the table by another handle: a new table version."""
     corpus = load_corpus(BUNDLED_CORPUS)
-    template = corpus.chunks[0]
     late = Chunk(
         **{
-            **template.model_dump(),
+            **corpus.chunks[0].model_dump(),
             "chunk_id": "late-note#0",
             "doc_id": "late-note",
             "title": "Late note",
@@ -361,14 +357,43 @@ def test_stale_matrix_after_a_table_mutation_is_not_served(tmp_path: Path, index
     writer = lancedb.connect(str(index / "lancedb")).open_table(TABLE)
     writer.add(chunk_rows([late], MiniLMEmbedder().embed([chunk_text(late)]), corpus.revision, 384))
 
+
+def test_a_matrix_is_never_served_for_another_table_version(tmp_path: Path, index_dir: Path) -> None:
+    index = tmp_path / "index"
+    shutil.copytree(index_dir, index)
+    adapter = LanceAdapter.open(index)
+    before = adapter._exact.serving(adapter.snapshot().version)
+    assert before is not None
+    _late_note(index)
     version = adapter.snapshot().version
     assert adapter._exact.serving(version) is None
+    # The scan builds the matrix of the new version first, then answers from it.
     served = _exact(adapter, k=3)
     assert served.hits[0].chunk_id == "late-note#0"
     assert [h.key for h in served.hits] == [h.key for h in _flat(adapter, k=3).hits]
-    assert served.total_matches == len(corpus.chunks) + 1
-
+    assert served.total_matches == before.rows + 1
+    now = adapter._exact.serving(version)
+    assert now is not None and now.rows == before.rows + 1 and now.folder != before.folder
+    assert [p.name for p in (index / "lancedb" / EXACT_DIR).iterdir()] == [now.folder.name]
+    # An engine opened now gives the same bytes as the one that saw the write.
     reopened = LanceAdapter.open(index)
-    assert reopened._exact.serving(version) is not None
-    assert [h.key for h in _exact(reopened, k=3).hits] == [h.key for h in served.hits]
-    assert len(list((index / "lancedb" / EXACT_DIR).iterdir())) == 1
+    assert _exact(reopened, k=3) == served
+
+
+def test_without_a_matrix_of_the_snapshot_the_flat_scan_answers(
+    tmp_path: Path, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = tmp_path / "index"
+    shutil.copytree(index_dir, index)
+    adapter = LanceAdapter.open(index)
+    _late_note(index)
+
+    def unwritable(*args: Any) -> None:
+        raise OSError("read-only index directory")
+
+    monkeypatch.setattr("backends.lancedb.exact.write_matrix", unwritable)
+    served = _exact(adapter, k=3)
+    assert adapter._exact.serving(adapter.snapshot().version) is None
+    assert "read-only" in adapter._exact.unavailable
+    assert served.hits[0].chunk_id == "late-note#0"
+    assert [h.key for h in served.hits] == [h.key for h in _flat(adapter, k=3).hits]

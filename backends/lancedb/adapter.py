@@ -716,10 +716,10 @@ class LanceAdapter(Adapter):
         # Random access scores named rows exactly: a flat scan restricted by the identity
         # filter computes each row's distance as the sorted access does.
         mode = MODE_FLAT if _random(request) or request.mode == MODE_EXACT else request.mode
-        # The exact matrix answers sorted and random access alike, for the version it was built
-        # from only; for any other snapshot (or none built) LanceDB's flat scan answers instead.
+        # The exact matrix of this snapshot (built first if the table moved on) answers sorted
+        # and random access alike; LanceDB's flat scan answers only where none can be built.
         exact = (
-            self._exact.answer(snap.version, vector, native, request.k, _CHUNK_COLUMNS)
+            self._exact.answer(snap.table, snap.version, vector, native, request.k, _CHUNK_COLUMNS)
             if request.mode == MODE_EXACT
             else None
         )

@@ -19,10 +19,10 @@ non-finite vector) has no cosine distance: like LanceDB's flat scan, the search 
 it, though it counts among the rows that match the filter; a query without one is refused.
 
 A matrix names the table version it was built from and the digest of that version's
-manifest file. It is served only for that snapshot; any other (a later write, a rebuilt table
-that reuses the version number, a run pinned to an older version) gets ``None`` from
-``MatrixStore.serving`` and the adapter scans with LanceDB instead. Reopening the index
-rebuilds a stale matrix.
+manifest file. It is served only for that snapshot: for any other (a later write, a rebuilt
+table that reuses the version number, a run pinned to an older version) the matrix of that
+snapshot is built first, and only if that fails (an unwritable index directory, duplicate
+chunk ids) does the adapter scan with LanceDB's flat scan instead.
 """
 
 from __future__ import annotations
@@ -555,6 +555,9 @@ class MatrixStore:
                 self.unavailable = f"table version {version} has no manifest"
                 return None
             folder = self._folder / self._name(version, manifest)
+            current = self._current
+            if current is not None and current.folder == folder:
+                return current
             try:
                 if not (folder / _META).exists():
                     self._folder.mkdir(parents=True, exist_ok=True)
@@ -582,17 +585,24 @@ class MatrixStore:
 
     def answer(
         self,
+        table: Table,
         version: int,
         query: npt.NDArray[Any],
         filters: Sequence[Filter],
         k: int,
         columns: Sequence[str],
     ) -> ExactAnswer | None:
-        """The exact top-k of table ``version`` under ``filters``, its rows' ``columns`` in rank
-        order; ``None`` if no matrix of that version is kept."""
+        """The exact top-k of ``table`` (checked out at ``version``) under ``filters``, its rows'
+        ``columns`` in rank order; ``None`` if no matrix of that version can be had.
+
+        A matrix of another version is never used: the one of ``version`` is built first (the
+        first scan after a write pays for it), so that every engine answers one snapshot with
+        the same bytes, whenever it opened the index."""
         matrix = self.serving(version)
         if matrix is None:
-            return None
+            matrix = self.build(table)
+            if matrix is None or matrix.version != version:
+                return None
         ranking = matrix.search(query, filters, k)
         try:
             rows = matrix.fetch(ranking, columns)
