@@ -157,6 +157,9 @@ class RefusedSnapshot(Adapter):
     def contracts(self) -> tuple[Contract, ...]:  # type: ignore[override]
         return self.inner.contracts()
 
+    def index_contracts(self) -> tuple[Contract, ...]:
+        return self.inner.index_contracts()
+
     @classmethod
     def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
         raise NotImplementedError("a refused snapshot is never built")
