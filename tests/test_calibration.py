@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from backends.calibration import read_calibration, wilson_lower
 from backends.lancedb import LanceAdapter
-from backends.lancedb.calibration import calibrate, read_calibration, wilson_lower
+from backends.lancedb.calibration import calibrate
 from race.engine import Engine
 from rsc import Calibration, RecallBucket, bucket_of
 from tests.conftest import FIXTURES, load_plan

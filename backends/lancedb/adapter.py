@@ -792,7 +792,7 @@ class LanceAdapter(Adapter):
 
     def calibrations(self) -> tuple[str, tuple[Calibration, ...]] | None:
         """The recall curves measured on this table (``race calibrate``) and their generation."""
-        from backends.lancedb.calibration import read_calibration
+        from backends.calibration import read_calibration
 
         return read_calibration(self._path)
 

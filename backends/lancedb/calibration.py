@@ -1,19 +1,9 @@
-"""Measuring the recall of LanceDB's approximate contracts on the table they describe.
-
-Queries are sampled from the table itself (seeded): a sampled chunk's stored vector asks
-for its nearest other chunks, so the query is real text of this corpus and its own row is
-held out of both answers. For every filterable keyword field and value, the filter's
-selectivity (rows it keeps / rows) places it in a bucket; the contract's own native query
-(the same ``vector_query`` a scan sends) is compared with the exact filtered top-k computed
-in float64. A returned row counts as found when its exact distance is within the k-th exact
-distance, so ties at the boundary are not misses. Each bucket's mean recall gets a one-sided
-Wilson lower bound with the number of queries as sample size: few queries, a loose promise.
-"""
+"""Calibrating LanceDB's approximate contracts on the table they describe
+(``backends.calibration``): each contract's native query is the very ``vector_query`` a scan
+sends, in the contract's mode, with the filter as the scan would write it."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,26 +11,13 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from rsc import CALIBRATION_SCHEMA_VERSION, Calibration, CoverageClaim, Filter, RecallBucket, bucket_of
+from backends.calibration import measure, read_calibration, write_document
+from rsc import Calibration, Contract, CoverageClaim, Filter
 
 if TYPE_CHECKING:
     from backends.lancedb.adapter import LanceAdapter
 
-_Z = 1.6448536269514722
-"""One-sided 95 % normal quantile."""
-QUERIES_PER_BUCKET = 16
-QUERIES_UNFILTERED = 32
-VALUES_PER_BUCKET = 2
-
-
-def wilson_lower(mean: float, n: int, z: float = _Z) -> float:
-    """The Wilson score lower bound of a proportion ``mean`` observed over ``n`` trials."""
-    if n <= 0:
-        return 0.0
-    denominator = 1.0 + z * z / n
-    centre = mean + z * z / (2 * n)
-    spread = z * math.sqrt(mean * (1.0 - mean) / n + z * z / (4 * n * n))
-    return max(0.0, (centre - spread) / denominator)
+__all__ = ["calibrate", "read_calibration", "write_calibration"]
 
 
 def calibrate(adapter: LanceAdapter, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
@@ -51,143 +28,26 @@ def calibrate(adapter: LanceAdapter, *, k: int = 10, seed: int = 7) -> tuple[Cal
     data = snap.table.search().select([VECTOR, "chunk_id", "metadata_json"]).limit(None).to_arrow()
     ids = [str(v) for v in data.column("chunk_id").to_pylist()]
     metas = [orjson.loads(m) for m in data.column("metadata_json").to_pylist()]
-    vectors = np.asarray(data.column(VECTOR).to_pylist(), dtype=np.float64)
-    rows = len(ids)
-    contracts = [c for c in adapter.contracts() if c.coverage.claim is CoverageClaim.APPROXIMATE]
-    if rows < 2 or not contracts:
-        return ()
-    norms = np.linalg.norm(vectors, axis=1)
-    unit = vectors / np.where(norms == 0.0, 1.0, norms)[:, None]
-    rng = np.random.default_rng(seed)
     schema = getattr(adapter, "_corpus_schema", None)
     if schema is not None:
         # Only the fields a plan may filter on: a field kept in custody only is in no contract.
         filterable = set(schema.filterable())
         metas = [{f: v for f, v in meta.items() if f in filterable} for meta in metas]
-    cases = _cases(metas, rows, rng)
-    nprobes = ann_nprobes(ann_partitions(rows))
-    out = []
-    for contract in sorted(contracts, key=lambda c: c.rsc_id):
+    nprobes = ann_nprobes(ann_partitions(len(ids)))
 
-        def recall_of(
-            query_row: int, mask: npt.NDArray[np.bool_], flt: Filter | None, mode: str = contract.mode
-        ) -> float | None:
-            keep = mask.copy()
-            keep[query_row] = False
-            candidates = np.flatnonzero(keep)
-            if candidates.size == 0:
-                return None
-            distances = 1.0 - unit[candidates] @ unit[query_row]
-            want = min(k, candidates.size)
-            kth = np.partition(distances, want - 1)[want - 1]
-            where = filter_sql([flt], schema) if flt is not None else None
-            query = vectors[query_row].astype(np.float32)
-            native = vector_query(snap.table, mode, query, where, want + 1, nprobes=nprobes, columns=["chunk_id"])
-            found = native.to_arrow()
-            position = {ids[i]: i for i in candidates}
-            got = [position[c] for c in found.column("chunk_id").to_pylist() if c in position][:want]
-            exact = 1.0 - unit[got] @ unit[query_row] if got else np.zeros(0)
-            return float(np.count_nonzero(exact <= kth + 1e-6)) / want
+    def search(contract: Contract, query: npt.NDArray[np.float32], flt: Filter | None, n: int) -> list[str]:
+        where = filter_sql([flt], schema) if flt is not None else None
+        native = vector_query(snap.table, contract.mode, query, where, n, nprobes=nprobes, columns=["chunk_id"])
+        return [str(c) for c in native.to_arrow().column("chunk_id").to_pylist()]
 
-        everything = np.ones(rows, dtype=bool)
-        unfiltered = [r for r in (recall_of(int(q), everything, None) for q in cases.unfiltered) if r is not None]
-        by_bucket: dict[str, list[float]] = {}
-        by_field: dict[str, dict[str, list[float]]] = {}
-        for field, value, mask, queries in cases.filtered:
-            label = bucket_of(float(mask.sum()) / rows)
-            assert label is not None
-            flt = Filter(field=field, value=value)
-            for q in queries:
-                r = recall_of(int(q), mask, flt)
-                if r is not None:
-                    by_bucket.setdefault(label, []).append(r)
-                    by_field.setdefault(field, {}).setdefault(label, []).append(r)
-        out.append(
-            Calibration(
-                rsc_id=contract.rsc_id,
-                rsc_version=contract.version,
-                k=k,
-                seed=seed,
-                rows=rows,
-                unfiltered=_bucket("unfiltered", unfiltered),
-                buckets=tuple(b for label, rs in sorted(by_bucket.items()) if (b := _bucket(label, rs))),
-                fields={
-                    f: tuple(b for label, rs in sorted(per.items()) if (b := _bucket(label, rs)))
-                    for f, per in sorted(by_field.items())
-                },
-            )
-        )
-    return tuple(out)
-
-
-def _bucket(label: str, recalls: Sequence[float]) -> RecallBucket | None:
-    if not recalls:
-        return None
-    mean = float(np.mean(recalls))
-    bound = wilson_lower(mean, len(recalls))
-    return RecallBucket(bucket=label, queries=len(recalls), mean_recall=round(mean, 6), lower_bound=round(bound, 6))
-
-
-class _Cases:
-    def __init__(self) -> None:
-        self.unfiltered: list[int] = []
-        self.filtered: list[tuple[str, str, npt.NDArray[np.bool_], list[int]]] = []
-
-
-def _cases(metas: Sequence[dict[str, object]], rows: int, rng: np.random.Generator) -> _Cases:
-    """Seeded query rows: unfiltered ones, and per keyword field a few values per bucket, each
-    with query rows drawn from the whole table (a query need not match its own filter)."""
-    cases = _Cases()
-    cases.unfiltered = [int(i) for i in rng.choice(rows, size=min(QUERIES_UNFILTERED, rows), replace=False)]
-    values: dict[str, dict[str, list[int]]] = {}
-    for row, meta in enumerate(metas):
-        for field, value in meta.items():
-            if isinstance(value, str) and field not in ("doc_id", "chunk_id"):
-                values.setdefault(field, {}).setdefault(value, []).append(row)
-    for field in sorted(values):
-        per_bucket: dict[str, list[str]] = {}
-        for value in sorted(values[field]):
-            label = bucket_of(len(values[field][value]) / rows)
-            # A value every row has is no filter: the unfiltered queries measure that.
-            if label is not None and len(values[field][value]) < rows:
-                per_bucket.setdefault(label, []).append(value)
-        for label in sorted(per_bucket):
-            chosen = sorted(rng.permutation(per_bucket[label])[:VALUES_PER_BUCKET].tolist())
-            share = max(1, QUERIES_PER_BUCKET // len(chosen))
-            for value in chosen:
-                mask = np.zeros(rows, dtype=bool)
-                mask[values[field][value]] = True
-                queries = [int(i) for i in rng.choice(rows, size=min(share, rows), replace=False)]
-                cases.filtered.append((field, value, mask, queries))
-    return cases
-
-
-CALIBRATION_FILE = "calibration.json"
+    contracts = [c for c in adapter.contracts() if c.coverage.claim is CoverageClaim.APPROXIMATE]
+    vectors = np.asarray(data.column(VECTOR).to_pylist(), dtype=np.float64)
+    return measure(contracts, ids=ids, metas=metas, vectors=vectors, search=search, k=k, seed=seed)
 
 
 def write_calibration(adapter: LanceAdapter, path: Path, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
-    """Measure ``adapter``'s approximate contracts and keep the result beside its table, with the
-    generation it was measured at: a later generation (new rows, a retrained index) is not
-    covered by it."""
+    """Measure ``adapter``'s approximate contracts and keep the curves beside its table."""
     generation = adapter.generation()
     calibrations = calibrate(adapter, k=k, seed=seed)
-    document = {
-        "schema_version": CALIBRATION_SCHEMA_VERSION,
-        "generation": generation,
-        "calibrations": [c.model_dump(mode="json") for c in calibrations],
-    }
-    target = path / CALIBRATION_FILE
-    partial = target.with_suffix(".json.partial")
-    partial.write_bytes(orjson.dumps(document, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))
-    partial.replace(target)
+    write_document(path, generation, calibrations)
     return calibrations
-
-
-def read_calibration(path: Path) -> tuple[str, tuple[Calibration, ...]] | None:
-    """The generation a kept calibration was measured at and its curves; ``None`` if there is
-    none, or it cannot be read (then nothing is promised beyond the shipped contract)."""
-    try:
-        document = orjson.loads((path / CALIBRATION_FILE).read_bytes())
-        return str(document["generation"]), tuple(Calibration.model_validate(c) for c in document["calibrations"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

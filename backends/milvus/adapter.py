@@ -52,11 +52,11 @@ from backends.base import (
     custody_hits,
     load_contracts_beside,
 )
+from backends.calibration import wilson_lower
 from backends.corpus import Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from backends.generated import generate_contract, read_contracts, schema_json, schema_of, write_contracts
 from backends.lancedb.adapter import chunk_text
-from backends.lancedb.calibration import wilson_lower
 from backends.milvus.expr import NOTHING, filter_expr
 from backends.schema import CorpusSchema, FieldSpec, FieldType, datetime_micros
 from rsc import (
@@ -464,7 +464,7 @@ class MilvusAdapter(Adapter):
 
     def calibrations(self) -> tuple[str, tuple[Calibration, ...]] | None:
         """The recall curves measured on this collection (at build) and their generation."""
-        from backends.lancedb.calibration import read_calibration
+        from backends.calibration import read_calibration
 
         return read_calibration(self._folder)
 
