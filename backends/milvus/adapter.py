@@ -28,20 +28,16 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Self
+from typing import Any, Self
 
-import grpc
 import numpy as np
 import numpy.typing as npt
-import orjson
-from pymilvus import DataType, MilvusClient, MilvusException
+from pymilvus import MilvusClient
 
 from backends.base import (
     UNKNOWN_GENERATION,
@@ -49,231 +45,50 @@ from backends.base import (
     Progress,
     RefusedSnapshot,
     blocking,
-    custody_hits,
     load_contracts_beside,
 )
-from backends.calibration import wilson_lower
 from backends.corpus import Chunk, Corpus
 from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from backends.generated import generate_contract, read_contracts, schema_json, schema_of, write_contracts
-from backends.lancedb.adapter import chunk_text
+from backends.milvus.build import _index_build_params, _with_recall, embed_chunks, load_collection
+from backends.milvus.build import lance_vectors as lance_vectors
+from backends.milvus.client import (
+    _QUERY_VECTORS,
+    _ROW_FIELDS,
+    ANN_CONTRACT,
+    CONSISTENCY,
+    DEFAULT_COLLECTION,
+    DEFAULT_TIMEOUT_S,
+    FLAT_CONTRACT,
+    INDEX_TYPES,
+    MANIFEST,
+    MAX_TOPK,
+    MODE_ANN,
+    MODE_FLAT,
+    VECTOR,
+    resolve_uri,
+)
+from backends.milvus.client import LITE_FILE as LITE_FILE
+from backends.milvus.client import milvus_errors as milvus_errors
 from backends.milvus.expr import NOTHING, filter_expr
-from backends.schema import CorpusSchema, FieldSpec, FieldType, datetime_micros
+from backends.milvus.generation import current_generation, read_rows, value_counts
+from backends.milvus.search import answer_rows, custody, measure_recall, search_params, top_k
+from backends.milvus.search import exact_top_k as exact_top_k
+from backends.schema import FieldSpec
 from rsc import (
     BackendStatistics,
     BackendTimeout,
     BackendUnavailable,
     Calibration,
     Contract,
-    CoverageClaim,
     Filter,
-    FilterSupportClass,
     Hit,
     IndexMissingError,
     ScanRequest,
     ScanResult,
-    ScoreKind,
     SnapshotMoved,
     fingerprint,
 )
-
-MANIFEST: Final = "race.json"
-DEFAULT_COLLECTION: Final = "race_chunks"
-LITE_FILE: Final = "milvus.db"
-VECTOR: Final = "vector"
-CONSISTENCY: Final = "Strong"
-
-MODE_FLAT: Final = "milvus_flat"
-MODE_ANN: Final = "milvus_ann"
-FLAT_CONTRACT: Final = "milvus.flat_prefilter"
-ANN_CONTRACT: Final = "milvus.ann_filtered"
-INDEX_TYPES: Final = ("FLAT", "HNSW")
-
-HNSW_BUILD: Final = {"M": 16, "efConstruction": 200}
-HNSW_MIN_EF: Final = 64
-MAX_TOPK: Final = 16_384
-"""Milvus's own bound on a search's limit (and on a query's offset + limit)."""
-TIE_MARGIN: Final = 8
-"""Rows read past k so that ties at the k-th distance are broken by chunk id, not by Milvus."""
-DEFAULT_TIMEOUT_S: Final = 10.0
-
-_VARCHAR_MAX: Final = 65_535
-_INSERT_BATCH: Final = 256
-_EMBED_BATCH: Final = 64
-_QUERY_VECTORS: Final = 256
-_READ_BATCH: Final = 1_000
-_TEXT_FIELDS: Final = (
-    "doc_id",
-    "title",
-    "section",
-    "text",
-    "source_path",
-    "source_hash",
-    "corpus_revision",
-    "metadata_json",
-)
-_INT_FIELDS: Final = ("line_start", "line_end")
-_NULLABLE_INT_FIELDS: Final = ("char_start", "char_end")
-_ROW_FIELDS: Final = ("chunk_id", *_TEXT_FIELDS, *_INT_FIELDS, *_NULLABLE_INT_FIELDS)
-"""Every stored field but the vector: custody is rebuilt from them."""
-_METADATA_TYPES: Final = {
-    FieldType.KEYWORD: DataType.VARCHAR,
-    FieldType.DATE: DataType.VARCHAR,
-    FieldType.DATETIME: DataType.INT64,
-    FieldType.INTEGER: DataType.INT64,
-    FieldType.FLOAT: DataType.DOUBLE,
-    FieldType.BOOLEAN: DataType.BOOL,
-}
-"""Milvus field types of the schema's scalar types (``keyword[]`` is an ARRAY of VARCHAR). Dates
-are ISO strings (string order is date order); datetimes microseconds since the epoch."""
-_COUNTED_TYPES: Final = frozenset(
-    {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
-)
-
-RECALL_QUERIES: Final = 40
-RECALL_K: Final = 10
-
-
-# -- the client edge -----------------------------------------------------------------------------
-
-
-@contextmanager
-def milvus_errors(where: str) -> Iterator[None]:
-    """Client failures as RACE errors: a deadline is a ``BackendTimeout``, anything else the
-    client or server raised a ``BackendUnavailable``."""
-    try:
-        yield
-    except grpc.FutureTimeoutError as exc:
-        raise BackendTimeout(f"milvus did not answer in time: {exc}", where=where) from exc
-    except grpc.RpcError as exc:
-        code = exc.code() if isinstance(exc, grpc.Call) else None
-        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise BackendTimeout(f"milvus did not answer in time: {exc}", where=where) from exc
-        raise BackendUnavailable(f"milvus rpc failed: {exc}", where=where) from exc
-    except MilvusException as exc:
-        message = str(getattr(exc, "message", exc))
-        if "deadline" in message.lower() or "timeout" in message.lower():
-            raise BackendTimeout(f"milvus did not answer in time: {message}", where=where) from exc
-        raise BackendUnavailable(f"milvus failed: {message}", where=where) from exc
-    except (OSError, ValueError, TypeError) as exc:
-        raise BackendUnavailable(f"milvus client failed: {type(exc).__name__}: {exc}", where=where) from exc
-
-
-def resolve_uri(folder: Path, uri: str) -> str:
-    """A milvus-lite file named relative to the instance folder, or any other URI as given."""
-    if uri.endswith(".db") and not Path(uri).is_absolute() and "://" not in uri:
-        return str(folder / uri)
-    return uri
-
-
-def embed_chunks(
-    chunks: Sequence[Chunk], embedder: Embedder, progress: Progress | None = None
-) -> npt.NDArray[np.float32]:
-    """The vectors LanceDB's build stores for these chunks: ``chunk_text`` of each, embedded in
-    batches by the same embedder, so both backends compare the same vectors."""
-    vectors = np.empty((len(chunks), embedder.identity.dims), dtype=np.float32)
-    for start in range(0, len(chunks), _EMBED_BATCH):
-        batch = chunks[start : start + _EMBED_BATCH]
-        vectors[start : start + len(batch)] = embedder.embed([chunk_text(c) for c in batch])
-        if progress:
-            progress(start + len(batch), len(chunks))
-    return vectors
-
-
-def lance_vectors(index_dir: Path, corpus: Corpus) -> npt.NDArray[np.float32]:
-    """The vectors the LanceDB index in ``index_dir`` stores for the corpus's chunks, in chunk
-    order: a collection loaded from them compares exactly the vectors LanceDB compares. The index
-    must have been built from this very corpus revision."""
-    from backends.lancedb.adapter import LanceAdapter
-
-    chunks = corpus.chunks
-    lance = LanceAdapter.open(index_dir)
-    if lance.identity != f"lancedb:{corpus.revision}":
-        raise IndexMissingError(
-            f"the LanceDB index is of another corpus revision ({lance.identity}, not {corpus.revision})",
-            where=str(index_dir),
-        )
-    table = lance.snapshot().table.search().select(["chunk_id", VECTOR]).limit(None).to_arrow()
-    by_id = dict(zip(table.column("chunk_id").to_pylist(), table.column(VECTOR).to_pylist(), strict=True))
-    missing = [c.chunk_id for c in chunks if c.chunk_id not in by_id]
-    if missing:
-        raise IndexMissingError(
-            f"the LanceDB index lacks {len(missing)} chunks, e.g. {missing[0]}", where=str(index_dir)
-        )
-    return np.asarray([by_id[c.chunk_id] for c in chunks], dtype=np.float32)
-
-
-def _collection_schema(client: MilvusClient, dims: int, corpus_schema: CorpusSchema) -> Any:
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=_VARCHAR_MAX)
-    for name in _TEXT_FIELDS:
-        schema.add_field(name, DataType.VARCHAR, max_length=_VARCHAR_MAX)
-    for name in _INT_FIELDS:
-        schema.add_field(name, DataType.INT64)
-    for name in _NULLABLE_INT_FIELDS:
-        schema.add_field(name, DataType.INT64, nullable=True)
-    for name, spec in corpus_schema.filterable().items():
-        if spec.type is FieldType.KEYWORDS:
-            schema.add_field(
-                name,
-                DataType.ARRAY,
-                element_type=DataType.VARCHAR,
-                max_capacity=4096,
-                max_length=_VARCHAR_MAX,
-                nullable=True,
-            )
-        elif _METADATA_TYPES[spec.type] is DataType.VARCHAR:
-            schema.add_field(name, DataType.VARCHAR, max_length=_VARCHAR_MAX, nullable=True)
-        else:
-            schema.add_field(name, _METADATA_TYPES[spec.type], nullable=True)
-    schema.add_field(VECTOR, DataType.FLOAT_VECTOR, dim=dims)
-    return schema
-
-
-def _index_build_params(index_type: str, rows: int) -> dict[str, int]:
-    if index_type == "HNSW":
-        return dict(HNSW_BUILD)
-    return {}
-
-
-def _row(chunk: Chunk, vector: npt.NDArray[np.float32], revision: str, corpus_schema: CorpusSchema) -> dict[str, Any]:
-    row: dict[str, Any] = {name: getattr(chunk, name) for name in ("chunk_id", *_INT_FIELDS, *_NULLABLE_INT_FIELDS)}
-    for name in _TEXT_FIELDS:
-        if name == "corpus_revision":
-            row[name] = revision
-        elif name == "metadata_json":
-            row[name] = json.dumps(chunk.metadata, sort_keys=True)
-        else:
-            row[name] = str(getattr(chunk, name) or "")
-        if len(row[name].encode("utf-8")) > _VARCHAR_MAX:
-            raise BackendUnavailable(
-                f"chunk {chunk.chunk_id}: {name} is longer than Milvus's {_VARCHAR_MAX}-byte VARCHAR", where="milvus"
-            )
-    for name, spec in corpus_schema.filterable().items():
-        value = chunk.metadata.get(name)
-        if value is not None and spec.type is FieldType.DATETIME:
-            value = datetime_micros(str(value))
-        row[name] = list(value) if isinstance(value, tuple | list) else value
-    row[VECTOR] = np.asarray(vector, dtype=np.float32).tolist()
-    return row
-
-
-# -- recall, measured on the collection itself ---------------------------------------------------
-
-
-def exact_top_k(
-    vectors: npt.NDArray[np.float32], ids: Sequence[str], query: npt.NDArray[np.float32], k: int
-) -> list[tuple[str, float]]:
-    """The exact cosine top-k in float64, ties by id: the reference every approximate answer is
-    measured against (and the FLAT contract is tested against)."""
-    wide = vectors.astype(np.float64)
-    q = query.astype(np.float64)
-    norms = np.linalg.norm(wide, axis=1) * float(np.linalg.norm(q))
-    sims = (wide @ q) / np.where(norms == 0.0, 1.0, norms)
-    distances = 1.0 - sims
-    order = sorted(range(len(ids)), key=lambda i: (float(distances[i]), ids[i]))
-    return [(ids[i], float(distances[i])) for i in order[:k]]
-
 
 # -- the adapter ---------------------------------------------------------------------------------
 
@@ -344,34 +159,7 @@ class MilvusAdapter(Adapter):
             )
         schema = corpus.corpus_schema
         build_params = _index_build_params(index_type, len(chunks))
-        with milvus_errors(resolved):
-            client = MilvusClient(resolved, timeout=timeout)
-            try:
-                if client.has_collection(collection):
-                    client.drop_collection(collection)
-                index_params = client.prepare_index_params()
-                index_params.add_index(
-                    field_name=VECTOR, index_type=index_type, metric_type="COSINE", params=build_params
-                )
-                client.create_collection(
-                    collection,
-                    schema=_collection_schema(client, identity.dims, schema),
-                    index_params=index_params,
-                    consistency_level=CONSISTENCY,
-                )
-                for start in range(0, len(chunks), _INSERT_BATCH):
-                    client.insert(
-                        collection,
-                        [
-                            _row(chunk, vectors[start + i], corpus.revision, schema)
-                            for i, chunk in enumerate(chunks[start : start + _INSERT_BATCH])
-                        ],
-                    )
-                # Flushed rows are sealed into segments that carry the vector index.
-                client.flush(collection)
-                client.load_collection(collection)
-            finally:
-                client.close()
+        load_collection(resolved, collection, corpus, vectors, identity.dims, index_type, build_params, timeout)
         manifest: dict[str, Any] = {
             "uri": stored_uri,
             "collection": collection,
@@ -482,39 +270,12 @@ class MilvusAdapter(Adapter):
 
     def read_rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
         """Every row's ``fields``, in chunk-id order."""
-        rows: list[dict[str, Any]] = []
-        with milvus_errors(f"milvus:{self._collection}"):
-            iterator = self._client.query_iterator(
-                self._collection,
-                batch_size=_READ_BATCH,
-                output_fields=list(fields),
-                consistency_level=CONSISTENCY,
-                timeout=self._timeout,
-            )
-            try:
-                while batch := iterator.next():
-                    rows.extend(dict(r) for r in batch)
-            finally:
-                iterator.close()
-        return sorted(rows, key=lambda r: str(r["chunk_id"]))
+        return read_rows(self._client, self._collection, fields, self._timeout)
 
     def _current(self) -> tuple[str, list[dict[str, Any]]]:
-        if not self._call(self._client.has_collection, self._collection):
-            raise BackendUnavailable(f"milvus collection {self._collection!r} is gone", where=self._uri)
-        index = self._call(self._client.describe_index, self._collection, VECTOR) or {}
-        rows = self.read_rows((*_ROW_FIELDS, VECTOR))
-        digest = fingerprint(
-            [
-                [*(r.get(name) for name in _ROW_FIELDS), np.asarray(r[VECTOR], dtype=np.float32).tobytes().hex()]
-                for r in rows
-            ]
+        return current_generation(
+            self._call, self._client, self._collection, self._uri, self._embedder_fingerprint, self.read_rows
         )
-        index_name = f"{index.get('index_type', 'none')}/{index.get('metric_type', 'none')}"
-        generation = (
-            f"milvus:{self._collection}:index={index_name}:rows={len(rows)}:content={digest}"
-            f":embedder={self._embedder_fingerprint}"
-        )
-        return generation, rows
 
     def generation(self) -> str:
         """Collection, index and a digest of every row, read now (a pinned adapter answers the
@@ -552,18 +313,7 @@ class MilvusAdapter(Adapter):
             return BackendStatistics(backend=self.backend, rows=0)
         if self._stats is not None and self._stats[0] == generation:
             return self._stats[1]
-        counts: dict[str, dict[str, int]] = {}
-        for name, spec in self._fields.items():
-            if spec.type not in _COUNTED_TYPES:
-                continue
-            tally: dict[str, int] = {}
-            for row in rows:
-                value = orjson.loads(row["metadata_json"]).get(name)
-                for item in value if isinstance(value, list) else [value]:
-                    if item is not None:
-                        tally[str(item)] = tally.get(str(item), 0) + 1
-            if tally:
-                counts[name] = dict(sorted(tally.items()))
+        counts = value_counts(rows, self._fields)
         stats = BackendStatistics(backend=self.backend, rows=len(rows), value_counts=counts)
         self._stats = (generation, stats)
         return stats
@@ -574,9 +324,7 @@ class MilvusAdapter(Adapter):
         return await blocking(self._scan, request)
 
     def _search_params(self, k: int) -> dict[str, Any]:
-        if self._index_type == "HNSW":
-            return {"metric_type": "COSINE", "params": {"ef": max(HNSW_MIN_EF, k)}}
-        return {"metric_type": "COSINE"}
+        return search_params(self._index_type, k)
 
     def search(
         self, vector: npt.NDArray[np.float32], expr: str | None, limit: int
@@ -593,12 +341,7 @@ class MilvusAdapter(Adapter):
             anns_field=VECTOR,
             consistency_level=CONSISTENCY,
         )
-        found = []
-        for hit in answer[0]:
-            entity = dict(hit["entity"])
-            entity["chunk_id"] = hit["chunk_id"]
-            found.append((entity, 1.0 - float(hit["distance"])))
-        return sorted(found, key=lambda pair: (pair[1], str(pair[0]["chunk_id"])))
+        return answer_rows(answer)
 
     def count(self, expr: str | None) -> int:
         answer = self._call(
@@ -653,12 +396,7 @@ class MilvusAdapter(Adapter):
     def _top_k(self, vector: npt.NDArray[np.float32], expr: str | None, k: int) -> list[tuple[dict[str, Any], float]]:
         """The top-k, reading past k until the row after the k-th is farther than it, so that which
         of several equally distant rows is kept is decided by chunk id."""
-        limit = min(k + TIE_MARGIN, MAX_TOPK)
-        while True:
-            rows = self.search(vector, expr, limit)
-            if len(rows) <= k or rows[-1][1] > rows[k - 1][1] or limit >= MAX_TOPK:
-                return rows[:k]
-            limit = min(limit * 2, MAX_TOPK)
+        return top_k(self.search, vector, expr, k)
 
     def forget_query_vectors(self) -> None:
         with self._vectors_lock:
@@ -679,22 +417,7 @@ class MilvusAdapter(Adapter):
         return vector, True
 
     def _hits(self, request: ScanRequest, rows: list[tuple[dict[str, Any], float]], generation: str) -> tuple[Hit, ...]:
-        chunks = []
-        for row, distance in rows:
-            chunk = {name: row.get(name) for name in _ROW_FIELDS if name != "metadata_json"}
-            chunk["metadata"] = orjson.loads(row["metadata_json"])
-            chunks.append((chunk, distance))
-        return tuple(
-            custody_hits(
-                request=request,
-                contract_ref=f"{request.rsc_id}@{request.rsc_version}",
-                rows=chunks,
-                score_kind=ScoreKind.COSINE_DISTANCE,
-                index_identity=self.identity,
-                generation=generation,
-                corpus_revision=str(rows[0][0]["corpus_revision"]) if rows else "",
-            )
-        )
+        return custody(request, rows, generation, self.identity)
 
     # -- calibration --------------------------------------------------------------------------
 
@@ -704,74 +427,4 @@ class MilvusAdapter(Adapter):
         normalized sums of two stored vectors (points the index does not hold). Returns the lowest
         one-sided 95 % Wilson lower bound of a bucket's mean, and a note of every bucket's mean,
         bound and sample."""
-        n = len(chunks)
-        ids = [c.chunk_id for c in chunks]
-        buckets: list[tuple[str, Filter | None]] = [("unfiltered", None)]
-        for name, spec in self._fields.items():
-            if spec.type is not FieldType.KEYWORD:
-                continue
-            tally: dict[str, int] = {}
-            for chunk in chunks:
-                value = chunk.metadata.get(name)
-                if isinstance(value, str):
-                    tally[value] = tally.get(value, 0) + 1
-            if not tally:
-                continue
-            ranked = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
-            for value, _ in {ranked[0][0]: 0, ranked[-1][0]: 0}.items():
-                buckets.append((f"{name}={value}", Filter(field=name, value=value)))
-        means: list[tuple[str, float, int]] = []
-        for label, flt in buckets:
-            keep = [i for i, c in enumerate(chunks) if flt is None or flt.matches(c.metadata)]
-            if not keep:
-                continue
-            expr = filter_expr((flt,), self._fields) if flt is not None else None
-            recalls = []
-            for q in range(min(RECALL_QUERIES, n)):
-                a, b = (q * 7919) % n, (q * 104_729 + 1) % n
-                query = vectors[a] + vectors[b]
-                query = (query / max(float(np.linalg.norm(query)), 1e-12)).astype(np.float32)
-                exact = {cid for cid, _ in exact_top_k(vectors[keep], [ids[i] for i in keep], query, RECALL_K)}
-                found = {str(row["chunk_id"]) for row, _ in self.search(query, expr, RECALL_K)}
-                recalls.append(len(exact & found) / len(exact))
-            means.append((label, float(np.mean(recalls)), len(recalls)))
-        lowest = min(wilson_lower(mean, size) for _, mean, size in means)
-        note = "; ".join(
-            f"{label} mean {mean:.3f}, bound {wilson_lower(mean, size):.3f} ({size} queries)"
-            for label, mean, size in means
-        )
-        return lowest, note
-
-
-def _with_recall(contract: Contract, recall: float, note: str, index_type: str, params: dict[str, int]) -> Contract:
-    """The ANN contract stating the recall bound measured on its collection, rounded down to 0.01."""
-    stated = math.floor(recall * 100) / 100
-    if stated <= 0.0:
-        raise BackendUnavailable(
-            f"the {index_type} index measured a recall bound of {recall:.3f} ({note}): too low to serve", where="milvus"
-        )
-    knobs = ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
-    search = f"ef=max({HNSW_MIN_EF}, k)"
-    profile = (
-        f"milvus {index_type} cosine ({knobs}), search {search}, filter expression evaluated inside the index "
-        f"search; recall@{RECALL_K} measured at build against the exact float64 answer"
-    )
-    filters = {
-        name: support.model_copy(update={"profile": profile, "recall": stated})
-        if support.support is FilterSupportClass.NATIVE_FILTERED_ANN
-        else support
-        for name, support in contract.filters.items()
-    }
-    description = (
-        f"Approximate cosine top-k through the collection's {index_type} index with the boolean filter expression "
-        f"applied inside the index search. Recall {stated} is the lowest one-sided 95 % lower bound of a "
-        f"bucket's mean recall@{RECALL_K}, measured on this collection at build, by bucket: {note}; rounded down. "
-        f"Read at consistency level {CONSISTENCY}."
-    )
-    return contract.model_copy(
-        update={
-            "coverage": contract.coverage.model_copy(update={"claim": CoverageClaim.APPROXIMATE, "recall": stated}),
-            "filters": filters,
-            "description": description,
-        }
-    )
+        return measure_recall(self.search, self._fields, vectors, chunks)

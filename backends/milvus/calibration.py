@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def calibrate(adapter: MilvusAdapter, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
     """Every approximate contract of ``adapter`` measured on its collection as it is now."""
-    from backends.milvus.adapter import VECTOR
+    from backends.milvus.client import VECTOR
 
     contracts = [c for c in adapter.index_contracts() if c.coverage.claim is CoverageClaim.APPROXIMATE]
     rows_read = adapter.read_rows(("chunk_id", "metadata_json", VECTOR))

@@ -1,0 +1,103 @@
+"""The Milvus client edge: the collection's constants, its field layout, and the translation of
+client errors into RACE errors (``BackendUnavailable`` / ``BackendTimeout``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+import grpc
+from pymilvus import DataType, MilvusException
+
+from backends.schema import FieldType
+from rsc import BackendTimeout, BackendUnavailable
+
+MANIFEST: Final = "race.json"
+DEFAULT_COLLECTION: Final = "race_chunks"
+LITE_FILE: Final = "milvus.db"
+VECTOR: Final = "vector"
+CONSISTENCY: Final = "Strong"
+
+MODE_FLAT: Final = "milvus_flat"
+MODE_ANN: Final = "milvus_ann"
+FLAT_CONTRACT: Final = "milvus.flat_prefilter"
+ANN_CONTRACT: Final = "milvus.ann_filtered"
+INDEX_TYPES: Final = ("FLAT", "HNSW")
+
+HNSW_BUILD: Final = {"M": 16, "efConstruction": 200}
+HNSW_MIN_EF: Final = 64
+MAX_TOPK: Final = 16_384
+"""Milvus's own bound on a search's limit (and on a query's offset + limit)."""
+TIE_MARGIN: Final = 8
+"""Rows read past k so that ties at the k-th distance are broken by chunk id, not by Milvus."""
+DEFAULT_TIMEOUT_S: Final = 10.0
+
+_VARCHAR_MAX: Final = 65_535
+_INSERT_BATCH: Final = 256
+_EMBED_BATCH: Final = 64
+_QUERY_VECTORS: Final = 256
+_READ_BATCH: Final = 1_000
+_TEXT_FIELDS: Final = (
+    "doc_id",
+    "title",
+    "section",
+    "text",
+    "source_path",
+    "source_hash",
+    "corpus_revision",
+    "metadata_json",
+)
+_INT_FIELDS: Final = ("line_start", "line_end")
+_NULLABLE_INT_FIELDS: Final = ("char_start", "char_end")
+_ROW_FIELDS: Final = ("chunk_id", *_TEXT_FIELDS, *_INT_FIELDS, *_NULLABLE_INT_FIELDS)
+"""Every stored field but the vector: custody is rebuilt from them."""
+_METADATA_TYPES: Final = {
+    FieldType.KEYWORD: DataType.VARCHAR,
+    FieldType.DATE: DataType.VARCHAR,
+    FieldType.DATETIME: DataType.INT64,
+    FieldType.INTEGER: DataType.INT64,
+    FieldType.FLOAT: DataType.DOUBLE,
+    FieldType.BOOLEAN: DataType.BOOL,
+}
+"""Milvus field types of the schema's scalar types (``keyword[]`` is an ARRAY of VARCHAR). Dates
+are ISO strings (string order is date order); datetimes microseconds since the epoch."""
+_COUNTED_TYPES: Final = frozenset(
+    {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
+)
+
+RECALL_QUERIES: Final = 40
+RECALL_K: Final = 10
+
+
+# -- the client edge -----------------------------------------------------------------------------
+
+
+@contextmanager
+def milvus_errors(where: str) -> Iterator[None]:
+    """Client failures as RACE errors: a deadline is a ``BackendTimeout``, anything else the
+    client or server raised a ``BackendUnavailable``."""
+    try:
+        yield
+    except grpc.FutureTimeoutError as exc:
+        raise BackendTimeout(f"milvus did not answer in time: {exc}", where=where) from exc
+    except grpc.RpcError as exc:
+        code = exc.code() if isinstance(exc, grpc.Call) else None
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise BackendTimeout(f"milvus did not answer in time: {exc}", where=where) from exc
+        raise BackendUnavailable(f"milvus rpc failed: {exc}", where=where) from exc
+    except MilvusException as exc:
+        message = str(getattr(exc, "message", exc))
+        if "deadline" in message.lower() or "timeout" in message.lower():
+            raise BackendTimeout(f"milvus did not answer in time: {message}", where=where) from exc
+        raise BackendUnavailable(f"milvus failed: {message}", where=where) from exc
+    except (OSError, ValueError, TypeError) as exc:
+        raise BackendUnavailable(f"milvus client failed: {type(exc).__name__}: {exc}", where=where) from exc
+
+
+def resolve_uri(folder: Path, uri: str) -> str:
+    """A milvus-lite file named relative to the instance folder, or any other URI as given."""
+    if uri.endswith(".db") and not Path(uri).is_absolute() and "://" not in uri:
+        return str(folder / uri)
+    return uri
