@@ -44,15 +44,9 @@ import pyarrow as pa
 from lancedb.index import Bitmap
 from threadpoolctl import threadpool_info
 
-from backends.lancedb.adapter import (
-    MODE_ANN_PREFILTER,
-    MODE_FLAT,
-    ann_index_config,
-    ann_nprobes,
-    ann_partitions,
-    vector_query,
-)
+from backends.lancedb.build import ann_index_config, ann_nprobes, ann_partitions
 from backends.lancedb.exact import ExactMatrix, MatrixStore
+from backends.lancedb.query import MODE_ANN_PREFILTER, MODE_FLAT, vector_query
 from benchmarks.bench_filtered_vectors import DIMS, SELECTIVITIES, Measure, Mixture, exact_topk, keyword_column
 from rsc import Filter, canonical_pretty, fingerprint
 

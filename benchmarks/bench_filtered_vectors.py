@@ -38,15 +38,8 @@ import numpy.typing as npt
 import pyarrow as pa
 from lancedb.index import Bitmap
 
-from backends.lancedb.adapter import (
-    MODE_ANN_POSTFILTER,
-    MODE_ANN_PREFILTER,
-    MODE_FLAT,
-    ann_index_config,
-    ann_nprobes,
-    ann_partitions,
-    vector_query,
-)
+from backends.lancedb.build import ann_index_config, ann_nprobes, ann_partitions
+from backends.lancedb.query import MODE_ANN_POSTFILTER, MODE_ANN_PREFILTER, MODE_FLAT, vector_query
 from rsc import canonical_pretty, fingerprint
 
 OUT = Path(__file__).parent / "out"

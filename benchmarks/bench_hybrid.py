@@ -20,7 +20,7 @@ import anyio.to_thread
 import lancedb
 from lancedb.index import FTS
 
-from backends.lancedb.adapter import TABLE, VECTOR
+from backends.lancedb.query import TABLE, VECTOR
 from race.cache import ResultCache
 from race.engine import Engine
 

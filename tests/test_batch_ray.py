@@ -100,7 +100,7 @@ def test_an_index_embedded_on_ray_equals_the_local_build(
 ) -> None:
     import lancedb
 
-    from backends.lancedb.adapter import TABLE
+    from backends.lancedb.query import TABLE
     from race.indexing import build_index
 
     corpus = small_corpus(tmp_path)

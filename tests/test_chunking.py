@@ -13,7 +13,7 @@ import pytest
 from backends.chunking import TokenCounter
 from backends.corpus import Chunk, Chunking, load_corpus
 from backends.embedding import MiniLMEmbedder, token_counter
-from backends.lancedb.adapter import _truncation, chunk_text
+from backends.lancedb.build import _truncation, chunk_text
 from race.engine import Engine
 from race.indexing import build_index
 from tests.conftest import FIXTURES, ROOT

@@ -20,8 +20,9 @@ import pytest
 from backends.corpus import Chunk, load_corpus
 from backends.embedding import MiniLMEmbedder
 from backends.lancedb import LanceAdapter
-from backends.lancedb.adapter import TABLE, chunk_rows, chunk_text
+from backends.lancedb.build import chunk_rows, chunk_text
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, ExactMatrix, MatrixStore, cluster_field, margin
+from backends.lancedb.query import TABLE
 from race.bundled import BUNDLED_CORPUS
 from race.engine import Engine
 from rsc import BackendUnavailable, Filter, FilterOp, Query, ScanRequest, ScanResult

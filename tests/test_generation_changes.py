@@ -17,7 +17,8 @@ import tantivy
 
 from backends.graph.store import GRAPH_FILE, write_graph
 from backends.lancedb import LanceAdapter
-from backends.lancedb.adapter import TABLE, _next_manifest
+from backends.lancedb.query import TABLE
+from backends.lancedb.snapshot import _next_manifest
 from race.engine import Engine
 from race.receipt import Receipt
 

@@ -15,7 +15,8 @@ import pytest
 from backends.corpus import METADATA_FIELDS, Chunk, Corpus, load_corpus
 from backends.embedding import EmbedderIdentity, MiniLMEmbedder
 from backends.lancedb import LanceAdapter
-from backends.lancedb.adapter import ANN_PROFILE, TABLE, chunk_rows, chunk_text
+from backends.lancedb.build import ANN_PROFILE, chunk_rows, chunk_text
+from backends.lancedb.query import TABLE
 from rsc import (
     BackendUnavailable,
     CoverageClaim,

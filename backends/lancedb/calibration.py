@@ -22,7 +22,8 @@ __all__ = ["calibrate", "read_calibration", "write_calibration"]
 
 def calibrate(adapter: LanceAdapter, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
     """Every approximate contract of ``adapter`` measured on its current table."""
-    from backends.lancedb.adapter import VECTOR, ann_nprobes, ann_partitions, filter_sql, vector_query
+    from backends.lancedb.build import ann_nprobes, ann_partitions
+    from backends.lancedb.query import VECTOR, filter_sql, vector_query
 
     snap = adapter.snapshot()
     data = snap.table.search().select([VECTOR, "chunk_id", "metadata_json"]).limit(None).to_arrow()

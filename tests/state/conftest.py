@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from backends.embedding import MiniLMEmbedder
-from backends.lancedb.adapter import TABLE
+from backends.lancedb.query import TABLE
 from race.bundled import BUNDLED_CORPUS
 from race.engine import Engine
 from race.indexing import build_index

@@ -18,7 +18,8 @@ import tantivy
 from backends.graph import GraphAdapter
 from backends.graph.store import write_graph
 from backends.lancedb import LanceAdapter
-from backends.lancedb.adapter import TABLE, VECTOR, VECTOR_INDEX, ann_index_config
+from backends.lancedb.build import ann_index_config
+from backends.lancedb.query import TABLE, VECTOR, VECTOR_INDEX
 from backends.tantivy import TantivyAdapter
 from race.engine import Engine
 from tests.state.conftest import (

@@ -16,7 +16,7 @@ from backends.base import RefusedSnapshot
 from backends.graph import GraphAdapter
 from backends.graph.store import write_graph
 from backends.lancedb import LanceAdapter
-from backends.lancedb.adapter import TABLE
+from backends.lancedb.query import TABLE
 from backends.tantivy import TantivyAdapter
 from planner import scans
 from race.cache import ResultCache

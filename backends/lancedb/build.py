@@ -1,0 +1,215 @@
+"""Building the LanceDB table: chunk rows in the table's schema, the IVF index (partitions and
+probes sized to the table) and a scalar index on every filterable field."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import lancedb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from lancedb.index import Bitmap, BTree, IvfFlat, LabelList
+
+from backends.base import Progress
+from backends.corpus import Chunk, Corpus
+from backends.embedding import Embedder, MiniLMEmbedder, token_counter
+from backends.generated import schema_json
+from backends.lancedb.exact import EXACT_DIR, MatrixStore
+from backends.lancedb.query import (
+    ANN_MIN_NPROBES,
+    ANN_PROBE_SHARE,
+    IDENTITY_FIELDS,
+    MANIFEST,
+    TABLE,
+    VECTOR,
+    VECTOR_INDEX,
+)
+from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
+
+_COLUMN_TYPES: Final = {
+    FieldType.KEYWORD: pa.string(),
+    FieldType.KEYWORDS: pa.list_(pa.string()),
+    FieldType.DATE: pa.string(),
+    FieldType.DATETIME: pa.int64(),
+    FieldType.INTEGER: pa.int64(),
+    FieldType.FLOAT: pa.float64(),
+    FieldType.BOOLEAN: pa.bool_(),
+}
+"""The column of each schema type. Dates are ISO strings (string order is date order);
+datetimes microseconds since the epoch, so that instants compare as numbers."""
+
+
+def _scalar_index(kind: FieldType | None) -> BTree | Bitmap | LabelList:
+    """High-cardinality or range-queried fields get a BTREE, small keyword vocabularies a BITMAP,
+    multi-valued keywords a LABEL_LIST (which serves ``array_has_any``)."""
+    if kind is None or kind in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
+        return BTree()
+    return LabelList() if kind is FieldType.KEYWORDS else Bitmap()
+
+
+_EMBED_BATCH = 64
+_CHUNK_FIELDS: Final = (
+    "chunk_id",
+    "doc_id",
+    "title",
+    "section",
+    "text",
+    "source_path",
+    "line_start",
+    "line_end",
+    "char_start",
+    "char_end",
+    "source_hash",
+)
+"""The ``Chunk`` fields stored one column each; custody is rebuilt from them."""
+_CHUNK_COLUMNS: Final = (*_CHUNK_FIELDS, "corpus_revision", "metadata_json")
+
+
+def ann_partitions(rows: int) -> int:
+    """IVF partitions for a table of ``rows``: sqrt(rows), LanceDB's own default.
+
+    At the fixture scale (~200 rows) this gives ~15 partitions of ~14 rows, so the index
+    is real (queries go through ANNIvfPartition) but the 20 probes cover every partition
+    and ANN answers equal the flat ones; at 100k rows it is 316 partitions of which 20
+    are probed. IVF_FLAT keeps full vectors, so distances are exact and no
+    refine step is needed; PQ would also need >= 256 rows to train its codebooks.
+    """
+    return max(1, min(4096, round(math.sqrt(rows))))
+
+
+def ann_nprobes(partitions: int) -> int:
+    return max(ANN_MIN_NPROBES, math.ceil(partitions / ANN_PROBE_SHARE))
+
+
+def ann_index_config(rows: int) -> IvfFlat:
+    return IvfFlat(distance_type="cosine", num_partitions=ann_partitions(rows))
+
+
+ANN_PROFILE: Final = (
+    f"lancedb IVF_FLAT cosine, partitions=round(sqrt(rows)), nprobes=max({ANN_MIN_NPROBES}, "
+    f"partitions/{ANN_PROBE_SHARE}) widened until k filtered rows are found, prefilter via BITMAP/BTREE "
+    "scalar indexes"
+)
+
+
+def chunk_text(chunk: Chunk) -> str:
+    """What a chunk's vector embeds: title, section heading and body."""
+    return "\n".join(part for part in (chunk.title, chunk.section, chunk.text) if part)
+
+
+def _schema(dims: int, corpus_schema: CorpusSchema) -> pa.Schema:
+    fields = [
+        pa.field("chunk_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("section", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("source_path", pa.string()),
+        pa.field("line_start", pa.int64()),
+        pa.field("line_end", pa.int64()),
+        pa.field("char_start", pa.int64()),
+        pa.field("char_end", pa.int64()),
+        pa.field("source_hash", pa.string()),
+        pa.field("corpus_revision", pa.string()),
+        pa.field("metadata_json", pa.string()),
+        *[pa.field(name, _COLUMN_TYPES[spec.type]) for name, spec in corpus_schema.filterable().items()],
+        pa.field(VECTOR, pa.list_(pa.float32(), dims)),
+    ]
+    return pa.schema(fields)
+
+
+def chunk_rows(
+    chunks: Sequence[Chunk],
+    vectors: npt.NDArray[np.float32],
+    corpus_revision: str,
+    dims: int,
+    corpus_schema: CorpusSchema | None = None,
+) -> pa.Table:
+    """Arrow rows for chunks and their vectors, in the table's schema."""
+    corpus_schema = corpus_schema or default_schema()
+    fields = corpus_schema.filterable()
+    columns: dict[str, list[Any]] = {name: [] for name in _CHUNK_COLUMNS}
+    for name in fields:
+        columns[name] = []
+    for chunk in chunks:
+        for name in _CHUNK_FIELDS:
+            columns[name].append(getattr(chunk, name))
+        columns["corpus_revision"].append(corpus_revision)
+        columns["metadata_json"].append(json.dumps(chunk.metadata, sort_keys=True))
+        for name, spec in fields.items():
+            value = chunk.metadata.get(name)
+            if value is not None and spec.type is FieldType.DATETIME:
+                value = datetime_micros(str(value))
+            columns[name].append(list(value) if isinstance(value, tuple) else value)
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
+    schema = _schema(dims, corpus_schema)
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema if f.name != VECTOR]
+    arrays.append(pa.FixedSizeListArray.from_arrays(flat, dims))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _truncation(chunks: Sequence[Chunk], embedder: Embedder) -> tuple[dict[str, dict[str, int]], int | None]:
+    """Tokens of each chunk the model does not read (doc id -> chunk id -> tokens), counted
+    with the model's own tokenizer; unknown (empty, ``None``) for another embedder."""
+    counter = token_counter() if isinstance(embedder, MiniLMEmbedder) else None
+    if counter is None:
+        return {}, None
+    out: dict[str, dict[str, int]] = {}
+    total = 0
+    for chunk in chunks:
+        n = counter.count(chunk_text(chunk)) + counter.specials
+        total += n
+        if n > counter.max_tokens:
+            out.setdefault(chunk.doc_id, {})[chunk.chunk_id] = n - counter.max_tokens
+    return out, total
+
+
+def build_table(corpus: Corpus, path: Path, progress: Progress | None, embedder: Embedder) -> CorpusSchema:
+    """Embed the corpus and write the table, its indexes, exact matrix and ``race.json`` under
+    ``path`` (replaced if it exists); the corpus schema the table was built with."""
+    identity = embedder.identity
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    chunks = corpus.chunks
+    vectors = np.empty((len(chunks), identity.dims), dtype=np.float32)
+    for start in range(0, len(chunks), _EMBED_BATCH):
+        batch = chunks[start : start + _EMBED_BATCH]
+        vectors[start : start + len(batch)] = embedder.embed([chunk_text(c) for c in batch])
+        if progress:
+            progress(start + len(batch), len(chunks))
+    truncated, tokens = _truncation(chunks, embedder)
+    db = lancedb.connect(str(path))
+    schema = corpus.corpus_schema
+    table = db.create_table(TABLE, chunk_rows(chunks, vectors, corpus.revision, identity.dims, schema))
+    # Column positionally: LanceDB 0.40 misreads `column=` together with `config=`.
+    table.create_index(VECTOR, config=ann_index_config(len(chunks)), name=VECTOR_INDEX)
+    for name in IDENTITY_FIELDS:
+        table.create_index(name, config=_scalar_index(None))
+    for name, spec in schema.filterable().items():
+        table.create_index(name, config=_scalar_index(spec.type))
+    MatrixStore(path / EXACT_DIR, path / f"{TABLE}.lance" / "_versions").build(table)
+    manifest = {
+        "corpus_revision": corpus.revision,
+        "embedder": identity.model_dump(mode="json"),
+        "schema": schema_json(schema),
+        "table": TABLE,
+        # Text the model did not read, by document: chunk id -> tokens past its window.
+        "text_tokens": tokens,
+        "truncated": truncated,
+        "ann_index": {
+            "type": "IVF_FLAT",
+            "distance": "cosine",
+            "num_partitions": ann_partitions(len(chunks)),
+            "nprobes": ann_nprobes(ann_partitions(len(chunks))),
+            "trained_rows": len(chunks),
+        },
+    }
+    (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
+    return schema
