@@ -1,5 +1,6 @@
 """Remote backends: a `race serve` server's contracts over HTTP (protocol ``race.remote/1``)."""
 
-from backends.remote.adapter import UPSTREAM, Exchange, RemoteAdapter, decode_exchange
+from backends.remote.adapter import RemoteAdapter
+from backends.remote.decode import UPSTREAM, Exchange, decode_exchange
 
 __all__ = ["UPSTREAM", "Exchange", "RemoteAdapter", "decode_exchange"]

@@ -2,9 +2,9 @@
 
 A scan is two steps with one seam between them: ``fetch`` sends the translated request and
 returns the raw ``Exchange`` (status, the headers that matter, the body bytes), and
-``decode_exchange`` turns those bytes into a ``ScanResult``. The runtime retains exchanges
-and replays them through the very same ``decode_exchange``, so a replayed answer is parsed
-exactly as the live one was.
+``decode_exchange`` (in ``backends.remote.decode``) turns those bytes into a ``ScanResult``.
+The runtime retains exchanges and replays them through the very same ``decode_exchange``, so
+a replayed answer is parsed exactly as the live one was.
 
 Native failures are translated here, at the adapter edge: httpx timeouts become
 ``BackendTimeout``; refused or dropped connections, truncated or malformed bodies and bad
@@ -40,13 +40,17 @@ from pydantic import ValidationError
 
 from backends.base import UNKNOWN_GENERATION, Adapter, Progress, load_contracts_beside
 from backends.corpus import Corpus
+from backends.remote.decode import BACKEND
+from backends.remote.decode import UPSTREAM as UPSTREAM
+from backends.remote.decode import Exchange as Exchange
+from backends.remote.decode import decode_exchange as decode_exchange
+from backends.remote.decode import upstream_request as upstream_request
 from backends.remote.protocol import (
     CONTRACTS_PATH,
     DEADLINE_HEADER,
     PROTOCOL_VERSION,
     RETAINED_HEADERS,
     SCAN_PATH,
-    ScanResponse,
 )
 from rsc import (
     BackendStatistics,
@@ -59,16 +63,8 @@ from rsc import (
     ScanResult,
     SnapshotMoved,
     VersionRange,
-    fingerprint,
-    first_validation_error,
     parse_contract,
 )
-
-UPSTREAM: dict[str, tuple[str, str]] = {
-    "remote.bm25": ("tantivy.bm25", "^1.0.0"),
-    "remote.exact": ("tantivy.exact", "^1.0.0"),
-}
-"""Each remote contract -> the server contract it forwards to, and the versions it accepts."""
 
 _TLS: ssl.SSLContext | None = None
 _TLS_LOCK = threading.Lock()
@@ -84,19 +80,6 @@ def _tls() -> ssl.SSLContext:
 
 
 @dataclass(frozen=True)
-class Exchange:
-    """One HTTP exchange as received: what is retained and what replay decodes."""
-
-    url: str
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k == name.lower()), None)
-
-
-@dataclass(frozen=True)
 class ServerInfo:
     """What ``GET /v1/contracts`` advertised."""
 
@@ -104,91 +87,6 @@ class ServerInfo:
     generation: str
     contracts: tuple[Contract, ...]
     statistics: tuple[BackendStatistics, ...]
-
-
-def upstream_request(request: ScanRequest, contract: str, backend: str) -> ScanRequest:
-    """The remote request as the server's contract ``rsc_id@version`` of ``backend``: same query, filters, k."""
-    rsc_id, _, version = contract.partition("@")
-    expected = UPSTREAM.get(request.rsc_id)
-    if expected is None or expected[0] != rsc_id:
-        raise BackendUnavailable(f"{contract!r} is not the upstream of {request.rsc_id}", where=request.rsc_id)
-    return request.model_copy(update={"rsc_id": rsc_id, "rsc_version": version, "backend": backend})
-
-
-def decode_exchange(request: ScanRequest, exchange: Exchange, *, expected_generation: str | None) -> ScanResult:
-    """Bytes -> ScanResult, or the ``BackendError`` that says why these bytes are not evidence.
-
-    Pure: live scans and replay both come through here.
-    """
-    where = request.rsc_id
-    if exchange.status != 200:
-        kind, message = _error_of(exchange.body)
-        text = f"{exchange.url} answered HTTP {exchange.status}" + (f" ({kind}: {message})" if kind else "")
-        if exchange.status == 504 or kind == "timeout":
-            raise BackendTimeout(text, where=where)
-        raise BackendUnavailable(text, where=where)
-    declared = exchange.header("content-length")
-    if declared is not None and declared.isdigit() and int(declared) != len(exchange.body):
-        raise BackendUnavailable(
-            f"{exchange.url}: truncated response ({len(exchange.body)} of {declared} bytes); a partial response "
-            "is never evidence",
-            where=where,
-        )
-    try:
-        raw = json.loads(exchange.body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BackendUnavailable(f"{exchange.url}: malformed response body ({exc})", where=where) from exc
-    if not isinstance(raw, dict) or raw.get("schema_version") != PROTOCOL_VERSION:
-        got = raw.get("schema_version") if isinstance(raw, dict) else type(raw).__name__
-        raise BackendUnavailable(f"{exchange.url}: not a {PROTOCOL_VERSION} response (got {got!r})", where=where)
-    try:
-        body = ScanResponse.model_validate(raw)
-    except ValidationError as exc:
-        raise BackendUnavailable(f"{exchange.url}: response {first_validation_error(exc)}", where=where) from exc
-    if expected_generation is not None and body.generation != expected_generation:
-        raise SnapshotMoved(
-            f"server generation moved from {expected_generation} (planned) to {body.generation}; "
-            "the answer is from another snapshot",
-            where=where,
-            planned=expected_generation,
-            current=body.generation,
-        )
-    sent = upstream_request(request, body.contract, body.backend)
-    if body.request != fingerprint(sent):
-        raise BackendUnavailable(f"{exchange.url}: the response answers another request ({body.request})", where=where)
-    return _relabel(request, body)
-
-
-def _error_of(body: bytes) -> tuple[str, str]:
-    try:
-        raw = json.loads(body)
-        error = raw["error"]
-        return str(error["kind"]), str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        return "", body[:200].decode("utf-8", "replace")
-
-
-def _relabel(request: ScanRequest, body: ScanResponse) -> ScanResult:
-    ref = f"{request.rsc_id}@{request.rsc_version}"
-    request_fp = fingerprint(request)
-    hits = tuple(
-        hit.model_copy(
-            update={
-                "custody": hit.custody.model_copy(
-                    update={
-                        "backend": RemoteAdapter.backend,
-                        "rsc": ref,
-                        "request": request_fp,
-                        "index_identity": f"remote:{body.contract}:{hit.custody.index_identity}",
-                        "index_generation": body.generation,
-                    }
-                )
-            }
-        )
-        for hit in body.result.hits
-    )
-    gaps = tuple(g.model_copy(update={"backend": RemoteAdapter.backend}) for g in body.result.gaps)
-    return body.result.model_copy(update={"hits": hits, "gaps": gaps, "generation": body.generation})
 
 
 def _parse_info(data: bytes, *, where: str) -> ServerInfo:
@@ -253,7 +151,7 @@ def _weaker(remote: Contract, upstream: Contract) -> list[str]:
 class RemoteAdapter(Adapter):
     """A ``race serve`` server's contracts, as ``remote.*`` contracts with egress ``remote``."""
 
-    backend: ClassVar[str] = "remote"
+    backend: ClassVar[str] = BACKEND
 
     def __init__(self, base_url: str, info: ServerInfo, upstream: dict[str, Contract], *, timeout: float) -> None:
         self.base_url = base_url
