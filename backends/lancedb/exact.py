@@ -4,9 +4,10 @@ A matrix holds every row of one table version: the vectors in ``chunk_id`` order
 the order of the evidence keys ``chunk:<chunk_id>``), each row's float64 norm, the row's
 other columns (an Arrow file, for the custody of the hits), and the fields a filter may name
 dictionary-encoded (one code per row and field, the distinct values in ``exact.json``). It is
-written at index time under ``exact/`` beside the table and memory-mapped at open.
+written at index time under ``exact/`` beside the table (``matrix.py``) and memory-mapped at
+open.
 
-A search resolves the hard filters to row positions from the codes, with the semantics of
+A search resolves the hard filters to row positions from the codes (``masks.py``), with the semantics of
 ``Filter.matches`` (a value matches an operand of its own type class only: booleans, numbers,
 strings; a range needs both bounds' class), scores the selected rows with one float32
 matrix-vector product, and settles the cut exactly: every row whose float32 score is within
@@ -27,7 +28,6 @@ chunk ids) does the adapter scan with LanceDB's flat scan instead.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
@@ -41,27 +41,28 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 import pyarrow as pa
-import xxhash
 from lancedb.table import Table
 
-from rsc import BackendUnavailable, Filter, FilterOp
+from backends.lancedb.masks import F32 as F32
+from backends.lancedb.masks import F64 as F64
+from backends.lancedb.masks import I64 as I64
+from backends.lancedb.masks import Column as Column
+from backends.lancedb.masks import TypedKey as TypedKey
+from backends.lancedb.masks import filter_key, resolve
+from backends.lancedb.masks import typed_key as typed_key
+from backends.lancedb.matrix import BLOCK_ROWS, CODES_FILE, MATRIX_FILE, META_FILE, NORMS_FILE, ROWS_FILE, U64_MAX
+from backends.lancedb.matrix import SCHEMA_VERSION as SCHEMA_VERSION
+from backends.lancedb.matrix import cluster_field as cluster_field
+from backends.lancedb.matrix import manifest_digest as manifest_digest
+from backends.lancedb.matrix import row_norms as row_norms
+from backends.lancedb.matrix import write_matrix as write_matrix
+from rsc import BackendUnavailable, Filter
 
 MODE_EXACT: Final = "vector_exact_matrix"
 EXACT_DIR: Final = "exact"
-SCHEMA_VERSION: Final = "race.exact/1"
-_META: Final = "exact.json"
-_MATRIX: Final = "matrix.npy"
-_NORMS: Final = "norms.npy"
-_ROWS: Final = "rows.arrow"
-_VECTOR: Final = "vector"
-_CODES: Final = "codes.npy"
 _WHERE: Final = "lancedb.exact"
 
-_BLOCK_ROWS: Final = 2048
-"""Rows gathered per matrix-vector product: 3 MiB of 384-d float32, so a block is still in
-cache when the product reads it back."""
 _DENSE_SHARE: Final = 0.75
 _SELECTIONS: Final = 64
 """Resolved filter combinations kept per matrix (row positions; at most 8 bytes a row each)."""
@@ -69,32 +70,6 @@ _MAX_RUNS: Final = 16
 """Up to this many runs of consecutive rows are scored in place, one product each."""
 """From this share of the rows on, one product over the whole matrix costs less than
 gathering the selected rows first."""
-_U64_MAX: Final = 2**64 - 1
-
-F32 = npt.NDArray[np.float32]
-F64 = npt.NDArray[np.float64]
-I64 = npt.NDArray[np.int64]
-TypedKey = tuple[int, Any]
-
-
-def typed_key(value: Any) -> TypedKey:
-    """A scalar as ``Filter.matches`` compares it: booleans, numbers and strings are three
-    classes that never equal or order against each other."""
-    if isinstance(value, bool):
-        return (0, value)
-    if isinstance(value, int | float):
-        return (1, value)
-    return (2, str(value))
-
-
-def _scalar(value: Any) -> bool:
-    return isinstance(value, bool | int | float | str)
-
-
-def _value_key(value: Any) -> TypedKey:
-    """Scalars by their typed key; any other value (a multi-valued keyword, ...) by its JSON,
-    after every scalar."""
-    return typed_key(value) if _scalar(value) else (3, orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
 
 
 def margin(dims: int) -> float:
@@ -106,126 +81,6 @@ def margin(dims: int) -> float:
     moves it by one unit in the last place (2**-23 for distances in [1, 2)).
     """
     return 2.0 * (dims + 8) * 2.0**-24 + 2.0**-22
-
-
-def row_norms(vectors: npt.NDArray[Any]) -> F64:
-    """float64 norms, each row summed on its own (the squares of float32 values are exact)."""
-    norms: F64 = np.empty(len(vectors), dtype=np.float64)
-    for start in range(0, len(vectors), _BLOCK_ROWS):
-        wide = np.asarray(vectors[start : start + _BLOCK_ROWS], dtype=np.float64)
-        norms[start : start + len(wide)] = np.sqrt((wide * wide).sum(axis=1))
-    return norms
-
-
-def manifest_digest(versions_dir: Path, version: int) -> str | None:
-    """xxh3_128 of the manifest file of ``version``; ``None`` if it is not there.
-
-    Lance writes a version's manifest once and never changes it, and names the data files
-    of every write afresh, so the digest tells one table's version ``v`` from another's.
-    """
-    for name in (f"{_U64_MAX - version:020d}.manifest", f"{version}.manifest"):
-        try:
-            data = (versions_dir / name).read_bytes()
-        except FileNotFoundError:
-            continue
-        return xxhash.xxh3_128_hexdigest(data)
-    return None
-
-
-@dataclass(frozen=True)
-class Column:
-    """One filterable field, dictionary-encoded: code 0 is "field absent", code ``i + 1`` the
-    ``i``-th distinct scalar in typed order, and the codes after those the field's other
-    values (the value tuples of a multi-valued keyword), which ``Filter.matches`` itself
-    judges one distinct value at a time."""
-
-    field: str
-    keys: tuple[TypedKey, ...]
-    others: tuple[Any, ...]
-    codes: npt.NDArray[np.int32]
-    order: npt.NDArray[np.int64]
-    """Row positions sorted by code, positions ascending within a code."""
-    starts: npt.NDArray[np.int64]
-    """``order[starts[c]:starts[c + 1]]`` are the rows of code ``c``."""
-    lookup: dict[TypedKey, int]
-    classes: dict[int, tuple[int, int]]
-    """Per type class, the first and one-past-last code."""
-
-    @classmethod
-    def of(cls, field: str, values: Sequence[Any], codes: npt.NDArray[np.int32]) -> Column:
-        keys = tuple(typed_key(v) for v in values if _scalar(v))
-        others = tuple(tuple(v) if isinstance(v, list) else v for v in values if not _scalar(v))
-        order = np.argsort(codes, kind="stable").astype(np.int64)
-        starts = np.searchsorted(codes[order], np.arange(len(values) + 2), side="left").astype(np.int64)
-        classes: dict[int, tuple[int, int]] = {}
-        for code, key in enumerate(keys, start=1):
-            first, _ = classes.get(key[0], (code, code))
-            classes[key[0]] = (first, code + 1)
-        lookup = {k: c for c, k in enumerate(keys, start=1)}
-        return cls(field, keys, others, codes, order, starts, lookup, classes)
-
-    def matching(self, flt: Filter) -> npt.NDArray[np.int64]:
-        """The codes whose value passes ``flt``, ascending."""
-        scalars = self._scalars(flt)
-        if not self.others:
-            return scalars
-        first = len(self.keys) + 1
-        others = [first + i for i, value in enumerate(self.others) if flt.matches({self.field: value})]
-        return np.concatenate([scalars, np.asarray(others, dtype=np.int64)])
-
-    def _scalars(self, flt: Filter) -> npt.NDArray[np.int64]:
-        if flt.op is FilterOp.EQ:
-            assert flt.value is not None
-            found = self.lookup.get(typed_key(flt.value))
-            return np.asarray([] if found is None else [found], dtype=np.int64)
-        if flt.op is FilterOp.IN:
-            codes = {self.lookup.get(typed_key(v)) for v in flt.values}
-            return np.asarray(sorted(c for c in codes if c is not None), dtype=np.int64)
-        bounds = [typed_key(b) for b in (flt.gte, flt.lte) if b is not None]
-        if len({b[0] for b in bounds}) != 1 or any(isinstance(b[1], float) and math.isnan(b[1]) for b in bounds):
-            # Both bounds must share the value's class; NaN orders against nothing.
-            return np.asarray([], dtype=np.int64)
-        first, end = self.classes.get(bounds[0][0], (1, 1))
-        low, high = first, end
-        if flt.gte is not None:
-            low = bisect.bisect_left(self.keys, typed_key(flt.gte), first - 1, end - 1) + 1
-        if flt.lte is not None:
-            high = bisect.bisect_right(self.keys, typed_key(flt.lte), first - 1, end - 1) + 1
-        return np.arange(low, max(low, high), dtype=np.int64)
-
-    def count(self, codes: npt.NDArray[np.int64]) -> int:
-        return int((self.starts[codes + 1] - self.starts[codes]).sum())
-
-    def rows(self, codes: npt.NDArray[np.int64], total: int) -> I64:
-        """The positions of the rows with one of ``codes`` (``total`` of them), ascending."""
-        if len(codes) == 1:
-            return self.order[self.starts[codes[0]] : self.starts[codes[0] + 1]]
-        if total * 16 < len(self.codes) and codes[-1] - codes[0] + 1 == len(codes):
-            # A short contiguous run of codes: one slice of the sorted order, sorted by position.
-            return np.sort(self.order[self.starts[codes[0]] : self.starts[codes[-1] + 1]])
-        return np.flatnonzero(self.admits(codes)[self.codes]).astype(np.int64)
-
-    def admits(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        table = np.zeros(len(self.keys) + len(self.others) + 1, dtype=np.bool_)
-        table[codes] = True
-        return table
-
-
-def _filter_key(flt: Filter) -> Hashable:
-    """A filter with each operand's type: ``Filter`` equality (and its JSON) has True == 1,
-    which match different rows."""
-
-    def typed(value: Any) -> Hashable:
-        return (type(value).__name__, value)
-
-    return (
-        flt.field,
-        flt.op.value,
-        typed(flt.value),
-        tuple(typed(v) for v in flt.values),
-        typed(flt.gte),
-        typed(flt.lte),
-    )
 
 
 @dataclass(frozen=True)
@@ -242,18 +97,18 @@ class ExactMatrix:
     """One table version's vectors, norms, row ids and filter codes, read-only."""
 
     def __init__(self, folder: Path) -> None:
-        meta = json.loads((folder / _META).read_text(encoding="utf-8"))
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
         if meta.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{folder / _META}: schema_version is not {SCHEMA_VERSION}")
+            raise ValueError(f"{folder / META_FILE}: schema_version is not {SCHEMA_VERSION}")
         self.folder = folder
         self.version = int(meta["table_version"])
         self.manifest = str(meta["manifest"])
         self.rows = int(meta["rows"])
         self.dims = int(meta["dims"])
-        self.matrix: F32 = np.asarray(np.load(folder / _MATRIX, mmap_mode="r"))
-        self.norms: F64 = np.load(folder / _NORMS)
-        self.table = pa.ipc.open_file(pa.memory_map(str(folder / _ROWS))).read_all()
-        codes = np.load(folder / _CODES)
+        self.matrix: F32 = np.asarray(np.load(folder / MATRIX_FILE, mmap_mode="r"))
+        self.norms: F64 = np.load(folder / NORMS_FILE)
+        self.table = pa.ipc.open_file(pa.memory_map(str(folder / ROWS_FILE))).read_all()
+        codes = np.load(folder / CODES_FILE)
         fields: list[str] = list(meta["fields"])
         if (
             self.matrix.shape != (self.rows, self.dims)
@@ -262,7 +117,7 @@ class ExactMatrix:
             or self.table.num_rows != self.rows
             or codes.shape != (len(fields), self.rows)
         ):
-            raise ValueError(f"{folder}: the matrix files do not agree with {_META}")
+            raise ValueError(f"{folder}: the matrix files do not agree with {META_FILE}")
         if "chunk_id" not in fields:
             raise ValueError(f"{folder}: a matrix needs the chunk_id field")
         self.columns = {name: Column.of(name, meta["values"][name], codes[i]) for i, name in enumerate(fields)}
@@ -288,40 +143,19 @@ class ExactMatrix:
         are kept: a filter that many queries share is resolved once."""
         if not filters:
             return None, self.rows
-        key = tuple(_filter_key(flt) for flt in filters)
+        key = tuple(filter_key(flt) for flt in filters)
         with self._selections_lock:
             found = self._selections.get(key)
             if found is not None:
                 self._selections.move_to_end(key)
                 return found
-        found = self._select(filters)
+        found = resolve(self.columns, filters)
         found[0].setflags(write=False)
         with self._selections_lock:
             self._selections[key] = found
             while len(self._selections) > _SELECTIONS:
                 self._selections.popitem(last=False)
         return found
-
-    def _select(self, filters: Sequence[Filter]) -> tuple[I64, int]:
-        resolved = []
-        for flt in filters:
-            column = self.columns.get(flt.field)
-            if column is None:
-                # No row has the field, and a row without it matches no filter on it.
-                return np.empty(0, dtype=np.int64), 0
-            codes = column.matching(flt)
-            resolved.append((column.count(codes), column, codes))
-        # The narrowest filter lists the rows; each other one is a lookup per listed row.
-        resolved.sort(key=lambda r: r[0])
-        total, column, codes = resolved[0]
-        if total == 0:
-            return np.empty(0, dtype=np.int64), 0
-        positions = column.rows(codes, total)
-        for _, other, other_codes in resolved[1:]:
-            if len(positions) == 0:
-                break
-            positions = positions[other.admits(other_codes)[other.codes[positions]]]
-        return positions, len(positions)
 
     # -- scoring ----------------------------------------------------------------------------
 
@@ -383,8 +217,8 @@ class ExactMatrix:
             out *= self._inverse[positions]
             return out
         buffer = self._buffer()
-        for start in range(0, len(positions), _BLOCK_ROWS):
-            block = positions[start : start + _BLOCK_ROWS]
+        for start in range(0, len(positions), BLOCK_ROWS):
+            block = positions[start : start + BLOCK_ROWS]
             rows = buffer[: len(block)]
             # mode="clip": positions are in range, and "raise" would copy through a bounce buffer.
             np.take(self.matrix, block, axis=0, out=rows, mode="clip")
@@ -397,7 +231,7 @@ class ExactMatrix:
     def _buffer(self) -> F32:
         buffer: F32 | None = getattr(self._scratch, "buffer", None)
         if buffer is None:
-            buffer = self._scratch.buffer = np.empty((_BLOCK_ROWS, self.dims), dtype=np.float32)
+            buffer = self._scratch.buffer = np.empty((BLOCK_ROWS, self.dims), dtype=np.float32)
         return buffer
 
     # -- rows -------------------------------------------------------------------------------
@@ -409,104 +243,6 @@ class ExactMatrix:
             return []
         found = self.table.select(list(columns)).take(pa.array(ranking.positions)).to_pylist()
         return [{**row, "_distance": d} for row, d in zip(found, ranking.distances.tolist(), strict=True)]
-
-
-def cluster_field(rows: Sequence[dict[str, Any]]) -> str | None:
-    """The field the matrix rows are grouped by: the metadata field with the fewest distinct
-    values (at least two) among those at least half the rows have, ties by name; ``None``
-    (``chunk_id`` order) if there is none. Any filter on it selects one run of rows per value,
-    scored in place; a range over it (values sorted as filters compare them) one run in all."""
-    seen: dict[str, set[TypedKey]] = {}
-    present: dict[str, int] = {}
-    for row in rows:
-        for name, value in row.items():
-            if name not in ("chunk_id", "doc_id"):
-                seen.setdefault(name, set()).add(_value_key(value))
-                present[name] = present.get(name, 0) + 1
-    candidates = [(len(v), name) for name, v in seen.items() if len(v) >= 2 and present[name] * 2 >= len(rows)]
-    return min(candidates)[1] if candidates else None
-
-
-def _cluster_key(row: dict[str, Any], field: str) -> tuple[int, TypedKey]:
-    return (0, _value_key(row[field])) if field in row else (1, (0, 0))
-
-
-def write_matrix(table: Table, folder: Path, manifest: str) -> None:
-    """Write the matrix of ``table``'s checked-out version into ``folder`` (which must not exist).
-
-    Every field a pushed filter may name on a hit is encoded: each metadata key the rows
-    have, ``doc_id`` and ``chunk_id``.
-
-    The files go to a sibling temporary folder renamed into place once complete, so a reader
-    never sees half a matrix. Refuses a table whose ``chunk_id`` values are not unique.
-    """
-    found = table.to_arrow()
-    chunk_ids = [str(c) for c in found.column("chunk_id").to_pylist()]
-    if len(set(chunk_ids)) != len(chunk_ids):
-        raise ValueError("chunk_id values are not unique")
-    doc_ids = found.column("doc_id").to_pylist()
-    metadata = found.column("metadata_json").to_pylist()
-    # What a pushed filter may name on a hit: its metadata and its own identity.
-    by_row = [
-        {**orjson.loads(metadata[p] or "{}"), "doc_id": doc_ids[p], "chunk_id": chunk_ids[p]}
-        for p in range(len(chunk_ids))
-    ]
-    cluster = cluster_field(by_row)
-    if cluster is None:
-        order = sorted(range(len(chunk_ids)), key=chunk_ids.__getitem__)
-    else:
-        order = sorted(range(len(chunk_ids)), key=lambda p: (_cluster_key(by_row[p], cluster), chunk_ids[p]))
-    take = pa.array(order, type=pa.int64())
-    vectors_column = found.column(_VECTOR).combine_chunks().take(take)
-    dims = int(vectors_column.type.list_size)
-    if vectors_column.null_count == 0:
-        flat = vectors_column.flatten().to_numpy(zero_copy_only=False)
-        vectors = np.array(flat, dtype=np.float32).reshape(-1, dims)
-    else:
-        # A null vector has no direction; it is kept as zeros and never scored.
-        listed = [[0.0] * dims if v is None else v for v in vectors_column.to_pylist()]
-        vectors = np.array(listed, dtype=np.float32).reshape(-1, dims)
-    norms = row_norms(vectors)
-    undirected = ~(np.isfinite(norms) & (norms > 0))
-    # Never scored, and zeroed so that no NaN or infinity can enter a product.
-    vectors[undirected] = 0.0
-    norms[undirected] = 0.0
-    rows_table = found.drop_columns([_VECTOR]).take(take)
-    rows = [by_row[p] for p in order]
-    fields = sorted({name for row in rows for name in row})
-    values: dict[str, dict[TypedKey, Any]] = {name: {} for name in fields}
-    for row in rows:
-        for name, value in row.items():
-            values[name].setdefault(_value_key(value), value)
-    distinct = {name: [seen[key] for key in sorted(seen)] for name, seen in values.items()}
-    codes = np.zeros((len(fields), len(order)), dtype=np.int32)
-    for i, name in enumerate(fields):
-        code_of = {key: c for c, key in enumerate(sorted(values[name]), start=1)}
-        codes[i] = [code_of[_value_key(row[name])] if name in row else 0 for row in rows]
-    meta = {
-        "schema_version": SCHEMA_VERSION,
-        "table_version": int(table.version),
-        "manifest": manifest,
-        "rows": len(order),
-        "dims": dims,
-        "cluster": cluster,
-        "undirected_rows": int(undirected.sum()),
-        "fields": list(fields),
-        "values": distinct,
-    }
-    staging = folder.with_name(f".{folder.name}.{os.getpid()}.{threading.get_ident()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        np.save(staging / _MATRIX, vectors)
-        np.save(staging / _NORMS, norms)
-        with pa.OSFile(str(staging / _ROWS), "wb") as sink, pa.ipc.new_file(sink, rows_table.schema) as writer:
-            writer.write_table(rows_table)
-        np.save(staging / _CODES, codes)
-        (staging / _META).write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
-        staging.rename(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 class MatrixStore:
@@ -527,7 +263,7 @@ class MatrixStore:
 
     def _digest(self, version: int) -> str | None:
         # A manifest file is written once; its digest is kept by (version, inode, mtime, size).
-        for name in (f"{_U64_MAX - version:020d}.manifest", f"{version}.manifest"):
+        for name in (f"{U64_MAX - version:020d}.manifest", f"{version}.manifest"):
             try:
                 st = os.stat(self._versions_dir / name)
             except FileNotFoundError:
@@ -559,12 +295,12 @@ class MatrixStore:
             if current is not None and current.folder == folder:
                 return current
             try:
-                if not (folder / _META).exists():
+                if not (folder / META_FILE).exists():
                     self._folder.mkdir(parents=True, exist_ok=True)
                     try:
                         write_matrix(table, folder, manifest)
                     except OSError:
-                        if not (folder / _META).exists():  # not another writer's matrix either
+                        if not (folder / META_FILE).exists():  # not another writer's matrix either
                             raise
                 matrix = ExactMatrix(folder)
             except (OSError, ValueError, KeyError) as exc:

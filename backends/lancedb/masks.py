@@ -1,0 +1,164 @@
+"""Hard filters resolved to matrix row positions, from the dictionary-encoded fields of an
+exact matrix (``backends/lancedb/exact.py``).
+
+A value matches an operand of its own type class only (booleans, numbers, strings), with the
+semantics of ``Filter.matches``; a range needs both bounds' class.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from rsc import Filter, FilterOp
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+TypedKey = tuple[int, Any]
+
+
+def typed_key(value: Any) -> TypedKey:
+    """A scalar as ``Filter.matches`` compares it: booleans, numbers and strings are three
+    classes that never equal or order against each other."""
+    if isinstance(value, bool):
+        return (0, value)
+    if isinstance(value, int | float):
+        return (1, value)
+    return (2, str(value))
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, bool | int | float | str)
+
+
+def value_key(value: Any) -> TypedKey:
+    """Scalars by their typed key; any other value (a multi-valued keyword, ...) by its JSON,
+    after every scalar."""
+    return typed_key(value) if _scalar(value) else (3, orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode())
+
+
+@dataclass(frozen=True)
+class Column:
+    """One filterable field, dictionary-encoded: code 0 is "field absent", code ``i + 1`` the
+    ``i``-th distinct scalar in typed order, and the codes after those the field's other
+    values (the value tuples of a multi-valued keyword), which ``Filter.matches`` itself
+    judges one distinct value at a time."""
+
+    field: str
+    keys: tuple[TypedKey, ...]
+    others: tuple[Any, ...]
+    codes: npt.NDArray[np.int32]
+    order: npt.NDArray[np.int64]
+    """Row positions sorted by code, positions ascending within a code."""
+    starts: npt.NDArray[np.int64]
+    """``order[starts[c]:starts[c + 1]]`` are the rows of code ``c``."""
+    lookup: dict[TypedKey, int]
+    classes: dict[int, tuple[int, int]]
+    """Per type class, the first and one-past-last code."""
+
+    @classmethod
+    def of(cls, field: str, values: Sequence[Any], codes: npt.NDArray[np.int32]) -> Column:
+        keys = tuple(typed_key(v) for v in values if _scalar(v))
+        others = tuple(tuple(v) if isinstance(v, list) else v for v in values if not _scalar(v))
+        order = np.argsort(codes, kind="stable").astype(np.int64)
+        starts = np.searchsorted(codes[order], np.arange(len(values) + 2), side="left").astype(np.int64)
+        classes: dict[int, tuple[int, int]] = {}
+        for code, key in enumerate(keys, start=1):
+            first, _ = classes.get(key[0], (code, code))
+            classes[key[0]] = (first, code + 1)
+        lookup = {k: c for c, k in enumerate(keys, start=1)}
+        return cls(field, keys, others, codes, order, starts, lookup, classes)
+
+    def matching(self, flt: Filter) -> npt.NDArray[np.int64]:
+        """The codes whose value passes ``flt``, ascending."""
+        scalars = self._scalars(flt)
+        if not self.others:
+            return scalars
+        first = len(self.keys) + 1
+        others = [first + i for i, value in enumerate(self.others) if flt.matches({self.field: value})]
+        return np.concatenate([scalars, np.asarray(others, dtype=np.int64)])
+
+    def _scalars(self, flt: Filter) -> npt.NDArray[np.int64]:
+        if flt.op is FilterOp.EQ:
+            assert flt.value is not None
+            found = self.lookup.get(typed_key(flt.value))
+            return np.asarray([] if found is None else [found], dtype=np.int64)
+        if flt.op is FilterOp.IN:
+            codes = {self.lookup.get(typed_key(v)) for v in flt.values}
+            return np.asarray(sorted(c for c in codes if c is not None), dtype=np.int64)
+        bounds = [typed_key(b) for b in (flt.gte, flt.lte) if b is not None]
+        if len({b[0] for b in bounds}) != 1 or any(isinstance(b[1], float) and math.isnan(b[1]) for b in bounds):
+            # Both bounds must share the value's class; NaN orders against nothing.
+            return np.asarray([], dtype=np.int64)
+        first, end = self.classes.get(bounds[0][0], (1, 1))
+        low, high = first, end
+        if flt.gte is not None:
+            low = bisect.bisect_left(self.keys, typed_key(flt.gte), first - 1, end - 1) + 1
+        if flt.lte is not None:
+            high = bisect.bisect_right(self.keys, typed_key(flt.lte), first - 1, end - 1) + 1
+        return np.arange(low, max(low, high), dtype=np.int64)
+
+    def count(self, codes: npt.NDArray[np.int64]) -> int:
+        return int((self.starts[codes + 1] - self.starts[codes]).sum())
+
+    def rows(self, codes: npt.NDArray[np.int64], total: int) -> I64:
+        """The positions of the rows with one of ``codes`` (``total`` of them), ascending."""
+        if len(codes) == 1:
+            return self.order[self.starts[codes[0]] : self.starts[codes[0] + 1]]
+        if total * 16 < len(self.codes) and codes[-1] - codes[0] + 1 == len(codes):
+            # A short contiguous run of codes: one slice of the sorted order, sorted by position.
+            return np.sort(self.order[self.starts[codes[0]] : self.starts[codes[-1] + 1]])
+        return np.flatnonzero(self.admits(codes)[self.codes]).astype(np.int64)
+
+    def admits(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        table = np.zeros(len(self.keys) + len(self.others) + 1, dtype=np.bool_)
+        table[codes] = True
+        return table
+
+
+def filter_key(flt: Filter) -> Hashable:
+    """A filter with each operand's type: ``Filter`` equality (and its JSON) has True == 1,
+    which match different rows."""
+
+    def typed(value: Any) -> Hashable:
+        return (type(value).__name__, value)
+
+    return (
+        flt.field,
+        flt.op.value,
+        typed(flt.value),
+        tuple(typed(v) for v in flt.values),
+        typed(flt.gte),
+        typed(flt.lte),
+    )
+
+
+def resolve(columns: Mapping[str, Column], filters: Sequence[Filter]) -> tuple[I64, int]:
+    """(ascending positions of the rows passing every filter; their count)."""
+    resolved = []
+    for flt in filters:
+        column = columns.get(flt.field)
+        if column is None:
+            # No row has the field, and a row without it matches no filter on it.
+            return np.empty(0, dtype=np.int64), 0
+        codes = column.matching(flt)
+        resolved.append((column.count(codes), column, codes))
+    # The narrowest filter lists the rows; each other one is a lookup per listed row.
+    resolved.sort(key=lambda r: r[0])
+    total, column, codes = resolved[0]
+    if total == 0:
+        return np.empty(0, dtype=np.int64), 0
+    positions = column.rows(codes, total)
+    for _, other, other_codes in resolved[1:]:
+        if len(positions) == 0:
+            break
+        positions = positions[other.admits(other_codes)[other.codes[positions]]]
+    return positions, len(positions)
