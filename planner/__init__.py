@@ -6,21 +6,8 @@ from planner.explain import render_json, render_text
 from planner.logical import (
     PLAN_SCHEMA_VERSION,
     Budget,
-    CascadeOp,
-    CorroborateOp,
-    FallbackOp,
-    FreshenOp,
-    Freshness,
     Generations,
-    IntersectOp,
-    JoinOp,
     LogicalPlan,
-    Obligation,
-    OpposeOp,
-    RefineOp,
-    RelevanceFloor,
-    UnionOp,
-    check_graph,
     logical_fingerprint,
     normalize,
     parse_plan,
@@ -30,6 +17,20 @@ from planner.logical import (
 )
 from planner.matching import FilterLoss, Match, check_filter_fields, match, pinned_contracts
 from planner.memo import Alternative, Group, Revision
+from planner.operators import (
+    CascadeOp,
+    CorroborateOp,
+    FallbackOp,
+    FreshenOp,
+    Freshness,
+    IntersectOp,
+    JoinOp,
+    Obligation,
+    OpposeOp,
+    RefineOp,
+    RelevanceFloor,
+    UnionOp,
+)
 from planner.optimizer import EXPLAIN_SCHEMA_VERSION, Explain, compile_plan, plan_fingerprint
 from planner.physical import (
     RRF,
@@ -43,6 +44,7 @@ from planner.physical import (
     scans,
     walk,
 )
+from planner.validate import check_graph
 
 __all__ = [
     "EXPLAIN_SCHEMA_VERSION",

@@ -7,26 +7,27 @@ canonical form whose fingerprint identifies the plan whatever the key order of i
 
 from __future__ import annotations
 
-import datetime as dt
 import weakref
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from planner.operators import (
+    COMMUTATIVE,
+    LogicalOperator,
+    NodeId,
+    Obligation,
+    Operator,
+    RefineOp,
+    _Inputs,
+)
+from planner.validate import check_graph
 from rsc import (
     BoundExceeded,
-    DanglingReference,
-    Egress,
     Filter,
-    ObligationKind,
-    PlanCycleError,
     PlanError,
-    Query,
-    QueryClass,
     Record,
-    SearchCoverage,
-    Strategy,
     canonical_data,
     dumps_canonical,
     fingerprint,
@@ -37,180 +38,6 @@ from rsc.canonical import read_json
 
 PLAN_SCHEMA_VERSION = "race.plan/1"
 MAX_NODES_CEILING = 4096
-# The longest root-to-leaf chain: a physical plan nests one level per node, and the
-# pydantic's serializer and the executor's recursion stop a few dozen levels past this.
-MAX_DEPTH_CEILING = 208
-
-NodeId = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
-
-
-def _calendar_date(text: str) -> str:
-    # The pattern admits 2026-02-30; a date the calendar lacks is bad input, not a crash later.
-    try:
-        dt.date.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(f"{text!r} is not a calendar date: {exc}") from None
-    return text
-
-
-IsoDate = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$"), AfterValidator(_calendar_date)]
-
-
-class Freshness(Record):
-    """A current-evidence requirement: evidence older than this, or superseded, is stale (I16)."""
-
-    as_of: IsoDate
-    max_age_days: Annotated[int, Field(ge=0)] | None = None
-
-
-class Obligation(Record):
-    id: NodeId
-    kind: ObligationKind
-    query: Query
-    query_class: QueryClass
-    hard_filters: tuple[Filter, ...] = ()
-    soft_filters: tuple[Filter, ...] = ()
-    k: Annotated[int, Field(ge=1, le=1000)] = 10
-    freshness: Freshness | None = None
-    egress: Egress = Egress.LOCAL
-    mandatory: bool = True
-    required_coverage: SearchCoverage = SearchCoverage.HEURISTIC
-    strategy: Strategy | None = None
-    allow_contracts: tuple[str, ...] = ()
-    deadline_ms: Annotated[int, Field(ge=1, le=600_000)] | None = None
-    min_recall: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    """Approximate legs only where their calibrated recall bound reaches this; exact otherwise."""
-
-
-class _Op(Record):
-    id: NodeId
-
-    def inputs_of(self) -> tuple[str, ...]:
-        raise NotImplementedError
-
-
-class _Inputs(_Op):
-    inputs: Annotated[tuple[NodeId, ...], Field(min_length=1)]
-
-    def inputs_of(self) -> tuple[str, ...]:
-        return self.inputs
-
-
-class UnionOp(_Inputs):
-    """Everything its inputs found; with ``k``, only the best ``k`` of the fused ranking.
-
-    Inputs whose contracts share a score calibration fuse by the sum of their calibrated
-    similarities, the others by RRF (I11); only a ``k`` makes early stop possible (I9).
-    """
-
-    op: Literal["union"]
-    k: Annotated[int, Field(ge=1, le=1000)] | None = None
-
-
-class CascadeOp(_Inputs):
-    """Run stages in order; the next only if the previous was insufficient."""
-
-    op: Literal["cascade"]
-    min_hits: Annotated[int, Field(ge=1)] = 1
-
-
-class FallbackOp(_Inputs):
-    """Run stages in order; the next only on error, timeout or ineligibility."""
-
-    op: Literal["fallback"]
-
-
-class IntersectOp(_Inputs):
-    op: Literal["intersect"]
-
-
-class JoinOp(_Op):
-    """Left evidence whose document has a ``via`` edge to a document in the right input."""
-
-    op: Literal["join"]
-    left: NodeId
-    right: NodeId
-    via: Annotated[str, Field(min_length=1)]
-    direction: Literal["out", "in"] = "out"
-
-    def inputs_of(self) -> tuple[str, ...]:
-        return (self.left, self.right)
-
-
-class RefineOp(_Op):
-    """A residual filter or reorder over one input."""
-
-    op: Literal["refine"]
-    input: NodeId
-    filters: tuple[Filter, ...] = ()
-    order_by: Literal["date_desc", "date_asc"] | None = None
-
-    def inputs_of(self) -> tuple[str, ...]:
-        return (self.input,)
-
-
-class RelevanceFloor(Record):
-    """Which hits of one input are relevant enough for their origin to count: the best
-    ``top_n`` of the input's ranking, and/or those at least as relevant as ``native_score``
-    in the hit's own score kind (a BM25 score at least it, a distance at most it)."""
-
-    input: NodeId
-    top_n: Annotated[int, Field(ge=1)] | None = None
-    native_score: float | None = None
-
-    @model_validator(mode="after")
-    def _some_floor(self) -> RelevanceFloor:
-        if self.top_n is None and self.native_score is None:
-            raise ValueError(f"relevance floor for {self.input!r} needs 'top_n' and/or 'native_score'")
-        return self
-
-
-class CorroborateOp(_Inputs):
-    """Needs ``min_independent`` distinct current origin components, not retrievers (I13).
-
-    Only origins of current (not stale) evidence count; with ``floors``, only origins of
-    hits that clear their input's relevance floor."""
-
-    op: Literal["corroborate"]
-    min_independent: Annotated[int, Field(ge=1)] = 2
-    floors: tuple[RelevanceFloor, ...] = ()
-
-    @model_validator(mode="after")
-    def _floors_name_inputs(self) -> CorroborateOp:
-        for floor in self.floors:
-            if floor.input not in self.inputs:
-                raise ValueError(f"relevance floor names {floor.input!r}, which is not an input of {self.id!r}")
-        if len({f.input for f in self.floors}) != len(self.floors):
-            raise ValueError(f"corroborate {self.id!r} gives one input two relevance floors")
-        return self
-
-
-class OpposeOp(_Op):
-    op: Literal["oppose"]
-    support: NodeId
-    refutation: NodeId
-
-    def inputs_of(self) -> tuple[str, ...]:
-        return (self.support, self.refutation)
-
-
-class FreshenOp(_Op):
-    op: Literal["freshen"]
-    input: NodeId
-    as_of: IsoDate
-    max_age_days: Annotated[int, Field(ge=0)] | None = None
-    mode: Literal["drop", "mark"] = "mark"
-
-    def inputs_of(self) -> tuple[str, ...]:
-        return (self.input,)
-
-
-LogicalOperator = (
-    UnionOp | CascadeOp | FallbackOp | IntersectOp | JoinOp | RefineOp | CorroborateOp | OpposeOp | FreshenOp
-)
-Operator = Annotated[LogicalOperator, Field(discriminator="op")]
-
-COMMUTATIVE = frozenset({"union", "intersect", "corroborate"})
 
 
 class Budget(Record):
@@ -297,101 +124,6 @@ def _located(message: str, raw: dict[str, object]) -> str:
             if node is not None:
                 return f"node {node!r}: {message}"
     return message
-
-
-def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
-    """Ids unique, every reference resolves, no operator names one input twice, no cycle, the
-    root reaches every node."""
-    ids: dict[str, str] = {}
-    for node in [*plan.obligations, *plan.operators]:
-        if node.id in ids:
-            raise PlanError(f"node id {node.id!r} is used twice", where=where)
-        ids[node.id] = "obligation" if isinstance(node, Obligation) else "operator"
-    edges: dict[str, list[str]] = {node: [] for node in sorted(ids)}
-    for op in plan.operators:
-        seen: set[str] = set()
-        for ref in op.inputs_of():
-            if ref not in ids:
-                raise DanglingReference(f"operator {op.id!r} names input {ref!r}, which is not a node", where=where)
-            if ref in seen:
-                raise PlanError(_repeated_input(op, ref), where=where)
-            seen.add(ref)
-            edges[op.id].append(ref)
-    if plan.root not in ids:
-        raise DanglingReference(f"root {plan.root!r} is not a node", where=where)
-    cycle = _first_cycle(edges)
-    if cycle:
-        raise PlanCycleError(f"operators form a cycle: {' -> '.join([*cycle, cycle[0]])}", where=where)
-    depth = _depth(edges, plan.root)
-    if depth > MAX_DEPTH_CEILING:
-        raise BoundExceeded(
-            f"plan is {depth} nodes deep (root to leaf); at most {MAX_DEPTH_CEILING} are accepted", where=where
-        )
-    reached = {plan.root}
-    frontier = [plan.root]
-    while frontier:
-        for ref in edges[frontier.pop()]:
-            if ref not in reached:
-                reached.add(ref)
-                frontier.append(ref)
-    unreached = sorted(set(ids) - reached)
-    if unreached:
-        raise PlanError(f"node {unreached[0]!r} is not reachable from root {plan.root!r}", where=where)
-
-
-# The graph checks walk with explicit stacks, in time linear in the plan's size: a legal plan
-# may be hundreds of nodes deep, past Python's recursion limit.
-
-
-def _first_cycle(edges: dict[str, list[str]]) -> list[str]:
-    """The first cycle met by depth-first search from each node in sorted order, or []."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: finished
-    for start in edges:
-        if start in state:
-            continue
-        path = [start]
-        state[start] = 1
-        pending = [iter(edges[start])]
-        while pending:
-            ref = next(pending[-1], None)
-            if ref is None:
-                state[path.pop()] = 2
-                pending.pop()
-            elif state.get(ref) == 1:
-                return path[path.index(ref) :]
-            elif ref not in state:
-                state[ref] = 1
-                path.append(ref)
-                pending.append(iter(edges[ref]))
-    return []
-
-
-def _depth(edges: dict[str, list[str]], root: str) -> int:
-    """Nodes on the longest path from ``root`` to a leaf of an acyclic graph."""
-    depth: dict[str, int] = {}
-    stack = [root]
-    while stack:
-        node = stack[-1]
-        if node in depth:  # a shared input, pushed by two parents
-            stack.pop()
-            continue
-        waiting = [ref for ref in edges[node] if ref not in depth]
-        if waiting:
-            stack.extend(waiting)
-            continue
-        stack.pop()
-        depth[node] = 1 + max((depth[ref] for ref in edges[node]), default=0)
-    return depth[root]
-
-
-def _repeated_input(op: LogicalOperator, ref: str) -> str:
-    # A repeated input weighs twice in a fusion or a count while provenance records it
-    # once; a join or oppose would pair a leg with itself.
-    if isinstance(op, JoinOp):
-        return f"operator {op.id!r} (join) names input {ref!r} as both left and right"
-    if isinstance(op, OpposeOp):
-        return f"operator {op.id!r} (oppose) names input {ref!r} as both support and refutation"
-    return f"operator {op.id!r} ({op.op}) lists input {ref!r} more than once"
 
 
 @lru_cache(maxsize=4096)

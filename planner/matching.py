@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from planner.logical import LogicalPlan, Obligation
+from planner.logical import LogicalPlan
+from planner.operators import Obligation
 from rsc import (
     CanonicalFloat,
     Contract,

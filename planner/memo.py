@@ -14,8 +14,9 @@ from typing import Literal
 from pydantic import Field
 
 from planner.cost import CostModel, Estimate, Statistics
-from planner.logical import Budget, LogicalOperator, LogicalPlan, Obligation
+from planner.logical import Budget, LogicalPlan
 from planner.matching import FilterLoss, Match, Matcher
+from planner.operators import LogicalOperator, Obligation
 from planner.physical import EarlyStopVerdict, PhysicalNode
 from rsc import CanonicalFloat, Contract, Record, SearchCoverage, Strategy
 

@@ -12,9 +12,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from planner.cost import CostModel, Statistics
-from planner.logical import LogicalPlan, Obligation, logical_fingerprint
+from planner.logical import LogicalPlan, logical_fingerprint
 from planner.matching import Match, Matcher, check_filter_fields, pinned_contracts
 from planner.memo import Alternative, Group, GroupContext, Revision, choose, prune
+from planner.operators import Obligation
 from planner.physical import PhysicalNode, UnsatisfiableNode
 from planner.rules import LEAF_RULES, OPERATOR_RULES
 from rsc import (

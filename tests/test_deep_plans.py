@@ -10,7 +10,7 @@ import time
 import pytest
 
 from planner import parse_plan
-from planner.logical import MAX_DEPTH_CEILING
+from planner.validate import MAX_DEPTH_CEILING
 from race.engine import Engine
 from rsc import BoundExceeded, PlanError
 from rsc.canonical import canonical_json, read_json

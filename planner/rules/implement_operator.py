@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from planner.logical import LogicalOperator, RefineOp, UnionOp
 from planner.memo import Alternative, GroupContext
+from planner.operators import LogicalOperator, RefineOp, UnionOp
 from planner.physical import RRF, EarlyStopVerdict, FusionSpec, OperatorNode, ScanNode, verdict_of
 from rsc import Contract, OperatorKind, ScoreKind, SearchCoverage, weakest
 

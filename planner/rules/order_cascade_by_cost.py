@@ -12,8 +12,8 @@ rejected alternative says which fields differ.
 
 from __future__ import annotations
 
-from planner.logical import CascadeOp, Obligation
 from planner.memo import Alternative, GroupContext
+from planner.operators import CascadeOp, Obligation
 from planner.physical import OperatorNode, UnsatisfiableNode
 from planner.rules.implement_operator import early_stop_verdict
 from rsc import OperatorKind, weakest

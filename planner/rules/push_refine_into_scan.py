@@ -8,8 +8,8 @@ obligation, the filters can go into the scan itself and the coverage claim is ke
 
 from __future__ import annotations
 
-from planner.logical import RefineOp
 from planner.memo import Alternative, GroupContext
+from planner.operators import RefineOp
 from planner.physical import OperatorNode, ScanNode, verdict_of
 from planner.rules.scan_contract import build_scan, expected_recall
 from rsc import FilterSupportClass, OperatorKind, SearchCoverage, weakest
