@@ -4,6 +4,7 @@ Filters are pushed into tantivy as a constant-score clause of weight 0, so a fil
 search ranks exactly like the unfiltered one restricted to the filtered set. Query text is
 analysed into terms by the same analyzer the index uses; it never passes through tantivy's
 query parser, so ``doc_type:adr`` typed in a query is three words, not a filter (I14).
+The index layout (schema, analyzer, values as terms) is ``backends.tantivy.fields``.
 
 Snapshots. The generation names one committed state: the index's own id (recorded at build),
 the opstamp and the segment ids with their delete counts. The reader reloads only when this
@@ -17,7 +18,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import threading
 import uuid
 from dataclasses import dataclass
@@ -38,7 +38,10 @@ from backends.base import (
 )
 from backends.corpus import Corpus
 from backends.generated import generate_contracts, read_contracts, schema_json, schema_of, write_contracts
-from backends.schema import CorpusSchema, FieldType, datetime_micros
+from backends.schema import CorpusSchema, FieldType
+from backends.tantivy.fields import _COUNTED_TYPES, _RAW_TYPES, ANALYZER, TEXT_FIELDS, _add, _analyzer, _schema, _term
+from backends.tantivy.fields import KEYWORD_FIELDS as KEYWORD_FIELDS
+from backends.tantivy.fields import date_number as date_number
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -54,69 +57,8 @@ from rsc import (
     fingerprint,
 )
 
-ANALYZER = "race_en"
-TEXT_FIELDS = ("title", "section", "text")
-KEYWORD_FIELDS = ("doc_id", "chunk_id")
-_RAW_TYPES = frozenset({FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.BOOLEAN})
-"""Schema types indexed as raw terms (a boolean as ``true``/``false``); the others as numbers."""
-_COUNTED_TYPES = frozenset({FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.BOOLEAN, FieldType.INTEGER})
 _WRITER_HEAP = 50_000_000
 _EXACT_SET_CAP = 10_000
-_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-
-
-def _analyzer() -> tantivy.TextAnalyzer:
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(40))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
-    )
-
-
-def _schema(corpus_schema: CorpusSchema) -> tantivy.Schema:
-    """Text fields, identity and keyword fields as raw fast terms, dates (``YYYYMMDD``),
-    datetimes (microseconds since the epoch) and integers as i64, floats as f64."""
-    builder = tantivy.SchemaBuilder()
-    for name in TEXT_FIELDS:
-        builder.add_text_field(name, stored=False, tokenizer_name=ANALYZER)
-    for name in KEYWORD_FIELDS:
-        builder.add_text_field(name, stored=False, fast=True, tokenizer_name="raw")
-    for name, spec in corpus_schema.filterable().items():
-        if spec.type in _RAW_TYPES:
-            builder.add_text_field(name, stored=False, fast=True, tokenizer_name="raw")
-        elif spec.type is FieldType.FLOAT:
-            builder.add_float_field(name, indexed=True, fast=True)
-        else:
-            builder.add_integer_field(name, indexed=True, fast=True)
-    builder.add_text_field("row", stored=True, tokenizer_name="raw", index_option="basic")
-    return builder.build()
-
-
-def _term(kind: FieldType, value: object) -> str | int | float:
-    """A normalized metadata value (or filter operand) as the term tantivy holds."""
-    if kind is FieldType.BOOLEAN:
-        return "true" if value is True else "false" if value is False else f"\x00{value!r}"
-    if kind is FieldType.DATE:
-        return date_number(str(value))
-    if kind is FieldType.DATETIME:
-        return datetime_micros(str(value))
-    if kind is FieldType.INTEGER:
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
-    if kind is FieldType.FLOAT:
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-    return str(value)
-
-
-def _add(doc: tantivy.Document, name: str, kind: FieldType, value: object) -> None:
-    term = _term(kind, value)
-    if isinstance(term, str):
-        doc.add_text(name, term)
-    elif isinstance(term, float):
-        doc.add_float(name, term)
-    else:
-        doc.add_integer(name, term)
 
 
 def _generation_of(meta: dict[str, Any], manifest: dict[str, Any]) -> str:
@@ -127,14 +69,6 @@ def _generation_of(meta: dict[str, Any], manifest: dict[str, Any]) -> str:
     # An index built before ids were recorded is named by the corpus it was built from.
     index_id = str(manifest.get("index_id") or manifest.get("corpus_revision", ""))
     return "tantivy:" + fingerprint({"index": index_id, "opstamp": meta.get("opstamp"), "segments": segments})
-
-
-def date_number(text: str) -> int:
-    """``2024-03-12`` as ``20240312``: order-preserving, so ranges stay exact."""
-    match = _DATE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not YYYY-MM-DD")
-    return int(match[1] + match[2] + match[3])
 
 
 _STAMP_TRIES = 5
