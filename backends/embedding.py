@@ -25,11 +25,13 @@ import hashlib
 import importlib.util
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 from tokenizers import Tokenizer
 
@@ -260,3 +262,43 @@ def token_counter(model_dir: Path | None = None) -> TokenCounter | None:
         return [(int(a), int(b)) for a, b in encoding.offsets]
 
     return TokenCounter(offsets=offsets, max_tokens=max_tokens)
+
+
+class QueryVectors:
+    """Query embeddings kept per text (the most recent ``size``), so that the sorted and random
+    reads of one obligation embed its query once. ``vector`` says whether it embedded just now:
+    that is the model call the runtime counts (I10). Concurrent callers with one text wait for
+    one embedding. The embedder gives the same bits on every thread, so a kept vector is the one
+    a new call would compute."""
+
+    def __init__(self, embedder: Embedder, size: int = 256) -> None:
+        self._embedder = embedder
+        self._size = size
+        self._kept: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pending: dict[str, threading.Lock] = {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def vector(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
+        with self._lock:
+            kept = self._kept.get(text)
+            if kept is not None:
+                self._kept.move_to_end(text)
+                return kept, False
+            pending = self._pending.setdefault(text, threading.Lock())
+        with pending:
+            with self._lock:
+                kept = self._kept.get(text)
+            if kept is not None:
+                return kept, False
+            vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
+            vector.setflags(write=False)
+            with self._lock:
+                self._kept[text] = vector
+                self._pending.pop(text, None)
+                while len(self._kept) > self._size:
+                    self._kept.popitem(last=False)
+        return vector, True

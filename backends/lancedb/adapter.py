@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Self
 
 import lancedb
 import numpy as np
-import numpy.typing as npt
 import orjson
 import pyarrow as pa
 
@@ -42,7 +40,7 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.corpus import Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
@@ -108,9 +106,7 @@ class LanceAdapter(LanceSnapshots):
         self._pin: Snapshot | None = None
         # The corpus revision race.json records, by the (inode, mtime, size) it was read at.
         self._revision: tuple[tuple[int, int, int], str] | None = None
-        self._vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
-        self._vectors_lock = threading.Lock()
-        self._embedding: dict[str, threading.Lock] = {}
+        self._queries = QueryVectors(embedder, _QUERY_VECTORS)
         self._exact = MatrixStore(path / EXACT_DIR, self._versions_dir)
 
     # -- contract, build, open --------------------------------------------------------------
@@ -222,7 +218,7 @@ class LanceAdapter(LanceSnapshots):
         fast_search = _fast(request)
         snap = self.snapshot()
         generation = self._generation(snap)
-        vector, embedded = self._query_vector(text)
+        vector, embedded = self._queries.vector(text)
         # Random access scores named rows exactly: a flat scan restricted by the identity
         # filter computes each row's distance as the sorted access does.
         mode = MODE_FLAT if _random(request) or request.mode == MODE_EXACT else request.mode
@@ -325,33 +321,7 @@ class LanceAdapter(LanceSnapshots):
 
     def forget_query_vectors(self) -> None:
         """Drop the kept query vectors (benchmarks compare cold embedding against a peer)."""
-        with self._vectors_lock:
-            self._vectors.clear()
-
-    def _query_vector(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
-        """The query's embedding, computed once per text while it stays among the recent ones,
-        and whether it was computed now. The embedder gives the same bits on every thread, so a
-        kept vector is the one a new call would compute."""
-        with self._vectors_lock:
-            kept = self._vectors.get(text)
-            if kept is not None:
-                self._vectors.move_to_end(text)
-                return kept, False
-            # Concurrent legs with one query text wait for one embedding instead of each making one.
-            pending = self._embedding.setdefault(text, threading.Lock())
-        with pending:
-            with self._vectors_lock:
-                kept = self._vectors.get(text)
-            if kept is not None:
-                return kept, False
-            vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
-            vector.setflags(write=False)
-            with self._vectors_lock:
-                self._vectors[text] = vector
-                self._embedding.pop(text, None)
-                while len(self._vectors) > _QUERY_VECTORS:
-                    self._vectors.popitem(last=False)
-        return vector, True
+        self._queries.clear()
 
     def _hits(self, request: ScanRequest, rows: list[dict[str, Any]], generation: str) -> tuple[Hit, ...]:
         chunks = []

@@ -29,8 +29,6 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -48,9 +46,9 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
-from backends.generated import generate_contract, read_contracts, schema_json, schema_of, write_contracts
-from backends.milvus.build import _index_build_params, _with_recall, embed_chunks, load_collection
+from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
+from backends.generated import generate_contract, read_contracts, schema_of, write_contracts
+from backends.milvus.build import _index_build_params, _with_recall, embed_chunks, load_collection, write_manifest
 from backends.milvus.build import lance_vectors as lance_vectors
 from backends.milvus.client import (
     _QUERY_VECTORS,
@@ -90,8 +88,6 @@ from rsc import (
     fingerprint,
 )
 
-# -- the adapter ---------------------------------------------------------------------------------
-
 
 class MilvusAdapter(Adapter):
     backend = "milvus"
@@ -112,8 +108,7 @@ class MilvusAdapter(Adapter):
             self._client = MilvusClient(self._uri, timeout=timeout)
         self._pin: str | None = None
         self._stats: tuple[str, BackendStatistics] | None = None
-        self._vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
-        self._vectors_lock = threading.Lock()
+        self._queries = QueryVectors(embedder, _QUERY_VECTORS)
 
     # -- contract, build, open --------------------------------------------------------------
 
@@ -157,19 +152,9 @@ class MilvusAdapter(Adapter):
             raise BackendUnavailable(
                 f"{vectors.shape} vectors given for {len(chunks)} chunks of {identity.dims} dims", where="milvus"
             )
-        schema = corpus.corpus_schema
         build_params = _index_build_params(index_type, len(chunks))
         load_collection(resolved, collection, corpus, vectors, identity.dims, index_type, build_params, timeout)
-        manifest: dict[str, Any] = {
-            "uri": stored_uri,
-            "collection": collection,
-            "corpus_revision": corpus.revision,
-            "embedder": identity.model_dump(mode="json"),
-            "schema": schema_json(schema),
-            "index": {"index_type": index_type, "metric_type": "COSINE", "params": build_params},
-            "consistency_level": CONSISTENCY,
-        }
-        (folder / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
+        manifest = write_manifest(folder, stored_uri, collection, corpus, identity, index_type, build_params)
         adapter = cls(folder, manifest, embedder, timeout=timeout)
         try:
             contract = adapter._template_contract()
@@ -370,7 +355,7 @@ class MilvusAdapter(Adapter):
         filters: tuple[Filter, ...] = (*request.pushed, *request.residual)
         expr = filter_expr(filters, self._fields)
         before = self.generation()
-        vector, embedded = self._query_vector(text)
+        vector, embedded = self._queries.vector(text)
         rows: list[tuple[dict[str, Any], float]] = []
         matching = 0
         if expr != NOTHING:
@@ -399,22 +384,7 @@ class MilvusAdapter(Adapter):
         return top_k(self.search, vector, expr, k)
 
     def forget_query_vectors(self) -> None:
-        with self._vectors_lock:
-            self._vectors.clear()
-
-    def _query_vector(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
-        with self._vectors_lock:
-            kept = self._vectors.get(text)
-            if kept is not None:
-                self._vectors.move_to_end(text)
-                return kept, False
-        vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
-        vector.setflags(write=False)
-        with self._vectors_lock:
-            self._vectors[text] = vector
-            while len(self._vectors) > _QUERY_VECTORS:
-                self._vectors.popitem(last=False)
-        return vector, True
+        self._queries.clear()
 
     def _hits(self, request: ScanRequest, rows: list[tuple[dict[str, Any], float]], generation: str) -> tuple[Hit, ...]:
         return custody(request, rows, generation, self.identity)

@@ -15,7 +15,8 @@ from pymilvus import DataType, MilvusClient
 
 from backends.base import Progress
 from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder
+from backends.embedding import Embedder, EmbedderIdentity
+from backends.generated import schema_json
 from backends.lancedb.adapter import chunk_text
 from backends.milvus.client import (
     _EMBED_BATCH,
@@ -28,6 +29,7 @@ from backends.milvus.client import (
     CONSISTENCY,
     HNSW_BUILD,
     HNSW_MIN_EF,
+    MANIFEST,
     RECALL_K,
     VECTOR,
     milvus_errors,
@@ -202,3 +204,26 @@ def _with_recall(contract: Contract, recall: float, note: str, index_type: str, 
             "description": description,
         }
     )
+
+
+def write_manifest(
+    folder: Path,
+    uri: str,
+    collection: str,
+    corpus: Corpus,
+    identity: EmbedderIdentity,
+    index_type: str,
+    params: dict[str, int],
+) -> dict[str, Any]:
+    """The instance's manifest (where the collection is, what built it), written beside it."""
+    manifest: dict[str, Any] = {
+        "uri": uri,
+        "collection": collection,
+        "corpus_revision": corpus.revision,
+        "embedder": identity.model_dump(mode="json"),
+        "schema": schema_json(corpus.corpus_schema),
+        "index": {"index_type": index_type, "metric_type": "COSINE", "params": params},
+        "consistency_level": CONSISTENCY,
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
+    return manifest

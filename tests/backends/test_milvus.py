@@ -73,7 +73,7 @@ def test_flat_contract_is_the_float64_reference(milvus_flat: Any, milvus_instanc
     corpus, vectors = milvus_instances["corpus"], milvus_instances["vectors"]
     chunks = corpus.chunks
     for text in QUERIES:
-        query, _ = milvus_flat._query_vector(text)
+        query, _ = milvus_flat._queries.vector(text)
         for filters in FILTERS:
             keep = [i for i, c in enumerate(chunks) if all(f.matches(c.metadata) for f in filters)]
             assert keep, filters
