@@ -24,6 +24,13 @@ def _calendar_date(text: str) -> str:
 
 IsoDate = Annotated[str, Field(pattern=r"^\d{4}-\d{2}-\d{2}$"), AfterValidator(_calendar_date)]
 
+Collapse = Literal["content", "origin"]
+"""How an obligation collapses copies: by identical text, or by origin component."""
+
+
+def _unset(value: object) -> bool:
+    return value is None
+
 
 class Freshness(Record):
     """A current-evidence requirement: evidence older than this, or superseded, is stale (I16)."""
@@ -49,6 +56,10 @@ class Obligation(Record):
     deadline_ms: Annotated[int, Field(ge=1, le=600_000)] | None = None
     min_recall: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     """Approximate legs only where their calibrated recall bound reaches this; exact otherwise."""
+    collapse: Collapse | None = Field(default=None, exclude_if=_unset)
+    """One item per identical text (``content``) or per origin component of the graph's source
+    dependence (``origin``); the others are listed in the kept item, never dropped. Left out of
+    the plan's canonical form when unset, so plans without it keep their fingerprints."""
 
 
 class _Op(Record):
