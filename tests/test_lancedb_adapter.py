@@ -151,7 +151,7 @@ def test_build_reports_progress_generation_and_statistics(
     assert "KNNVectorDistance" in flat_plan and "ANN" not in flat_plan
 
 
-def test_open_fails_closed(tmp_path: Path, built: tuple[Path, str, list[tuple[int, int]]]) -> None:
+async def test_open_fails_closed(tmp_path: Path, built: tuple[Path, str, list[tuple[int, int]]]) -> None:
     with pytest.raises(IndexMissingError):
         LanceAdapter.open(tmp_path)
 
@@ -160,8 +160,10 @@ def test_open_fails_closed(tmp_path: Path, built: tuple[Path, str, list[tuple[in
         def identity(self) -> EmbedderIdentity:
             return EmbedderIdentity(name="other", dims=384, weights_sha256="sha256:" + "0" * 64)
 
+    # Other weights are found at the first query, not at open (a lexical plan loads no model).
+    other = LanceAdapter.open(built[0], embedder=OtherWeights())
     with pytest.raises(IndexMissingError, match="rebuild"):
-        LanceAdapter.open(built[0], embedder=OtherWeights())
+        await other.scan(request("vector_flat", "x"))
 
 
 # -- scans --------------------------------------------------------------------------------------

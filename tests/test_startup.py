@@ -1,15 +1,21 @@
 """Commands that need no backend start without importing one: `race --help`, `race rsc …`
-and `race schema …` never load LanceDB, pyarrow, networkx, tantivy or the model's runtime."""
+and `race schema …` never load LanceDB, pyarrow, networkx, tantivy or the model's runtime; and
+opening an index, running or planning a lexical plan never loads or hashes the embedding model."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from backends import LOCAL_ADAPTERS, RemoteAdapter, shipped_contracts
+from backends.embedding import BuiltWith, EmbedderIdentity, MiniLMEmbedder
+from rsc import IndexMissingError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 HEAVY = ("lancedb", "pyarrow", "networkx", "tantivy", "tokenizers", "safetensors")
 
@@ -47,3 +53,119 @@ def test_shipped_contracts_are_the_adapters_own() -> None:
         (c for a in (*LOCAL_ADAPTERS, RemoteAdapter) for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)
     )
     assert shipped_contracts(remote=True) == tuple(from_adapters)
+
+
+# -- the model is loaded at the first vector use, never at Engine.open ---------------------------
+
+# Opens an index, runs a lexical plan and `race plan` of it, then a vector plan; after each step
+# it prints how often the model was loaded and which reads of its weight file were opened (an
+# audit hook sees every open() of model.safetensors, including the sha256 pass).
+_MODEL_PROBE = """
+import contextlib, io, json, sys
+from pathlib import Path
+reads = []
+def audit(event, args):
+    if event == "open" and args and str(args[0]).endswith("model.safetensors"):
+        reads.append(str(args[0]))
+sys.addaudithook(audit)
+import backends.embedding as embedding
+loads = []
+_load_bert = embedding._load_bert
+def traced(folder):
+    loads.append(str(folder))
+    return _load_bert(folder)
+embedding._load_bert = traced
+from race.cli import main
+from race.engine import Engine
+index_dir, lexical, vector = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+steps = {}
+engine = Engine.open(index_dir)
+steps["open"] = (len(loads), len(reads))
+lexical_receipt = engine.run_sync(lexical)
+steps["run lexical"] = (len(loads), len(reads))
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main(["plan", str(lexical), "--index", str(index_dir)])
+    except SystemExit as exit:
+        assert not exit.code, exit.code
+steps["race plan lexical"] = (len(loads), len(reads))
+vector_receipt = engine.run_sync(vector)
+steps["run vector"] = (len(loads), len(reads))
+print(json.dumps({
+    "steps": steps,
+    "lexical": [e.key for e in lexical_receipt.evidence],
+    "vector": [[h.chunk_id, h.custody.score] for e in vector_receipt.evidence for h in e.hits],
+    "vector_gaps": [g.kind.value for g in vector_receipt.gaps],
+}))
+"""
+
+
+def _vector_reference(index_dir: Path, query: str, doc_type: str, k: int) -> list[tuple[str, float]]:
+    """The exact top k by cosine distance, from the LanceDB table's own rows and the model."""
+    import lancedb
+    import numpy as np
+
+    from backends.embedding import MiniLMEmbedder
+    from backends.lancedb.query import TABLE
+
+    rows = lancedb.connect(str(index_dir / "lancedb")).open_table(TABLE).to_arrow().to_pydict()
+    keep = [i for i, t in enumerate(rows["doc_type"]) if t == doc_type]
+    vectors = np.asarray([rows["vector"][i] for i in keep], dtype=np.float64)
+    q = MiniLMEmbedder().embed([query])[0].astype(np.float64)
+    distance = 1.0 - vectors @ q / np.linalg.norm(vectors, axis=1) / np.linalg.norm(q)
+    order = sorted(range(len(keep)), key=lambda j: (distance[j], rows["chunk_id"][keep[j]]))[:k]
+    return [(rows["chunk_id"][keep[j]], float(distance[j])) for j in order]
+
+
+def test_lexical_plans_never_read_the_model(index_dir: Path) -> None:
+    lexical = FIXTURES / "plans" / "cascade_lexical.json"
+    vector = FIXTURES / "plans" / "exhaustive_vector.json"
+    probe = subprocess.run(
+        [sys.executable, "-c", _MODEL_PROBE, str(index_dir), str(lexical), str(vector)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout)
+    # Opening the index, running a lexical plan and planning it: no load, no read of the weights.
+    assert seen["steps"]["open"] == [0, 0]
+    assert seen["steps"]["run lexical"] == [0, 0]
+    assert seen["steps"]["race plan lexical"] == [0, 0]
+    assert seen["lexical"], "the lexical plan found nothing"
+    # The first vector leg loads the model once, hashes its weights, and answers exactly.
+    loads, reads = seen["steps"]["run vector"]
+    assert loads == 1 and reads >= 1
+    assert seen["vector_gaps"] == []
+    plan = json.loads(vector.read_text(encoding="utf-8"))["obligations"][0]
+    reference = _vector_reference(index_dir, plan["query"]["text"], "incident", plan["k"])
+    assert [c for c, _ in seen["vector"]] == [c for c, _ in reference]
+    assert [s for _, s in seen["vector"]] == pytest.approx([d for _, d in reference], abs=1e-5)
+
+
+class _OtherWeights(MiniLMEmbedder):
+    @property
+    def identity(self) -> EmbedderIdentity:
+        return EmbedderIdentity(name="other", dims=384, weights_sha256="sha256:" + "0" * 64)
+
+
+def test_a_wrong_model_fails_the_vector_leg_clearly(index_dir: Path) -> None:
+    from backends.lancedb import LanceAdapter
+    from race.engine import Engine
+    from rsc import GapKind
+
+    built = Engine.open(index_dir)
+    lance = LanceAdapter.open(index_dir, embedder=_OtherWeights())  # opens: nothing is embedded yet
+    engine = Engine({**built.adapters, "lancedb": lance})
+    lexical = engine.run_sync(FIXTURES / "plans" / "cascade_lexical.json")
+    assert lexical.evidence and all(g.kind is GapKind.NOT_NEEDED for g in lexical.gaps)
+    assert lexical.evidence == built.run_sync(FIXTURES / "plans" / "cascade_lexical.json").evidence
+    receipt = engine.run_sync(FIXTURES / "plans" / "exhaustive_vector.json")
+    assert not receipt.evidence
+    [failure] = receipt.gaps
+    assert failure.kind is GapKind.BACKEND_ERROR and failure.backend == "lancedb"
+    assert "built with sentence-transformers/all-MiniLM-L6-v2" in failure.detail
+    assert "embeds with other (sha256:0000" in failure.detail and "race index" in failure.detail
+    with pytest.raises(IndexMissingError, match="rebuild") as raised:
+        BuiltWith(_OtherWeights(), lance.embedder_identity, where="here", hint="rebuild").embed(["x"])
+    assert str(raised.value).startswith("here: the vectors were built with") and "\n" not in str(raised.value)

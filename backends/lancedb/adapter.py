@@ -40,7 +40,7 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.corpus import Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
+from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
@@ -132,16 +132,9 @@ class LanceAdapter(LanceSnapshots):
         if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
             raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        embedder = embedder or MiniLMEmbedder()
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
-        if embedder.identity != built_with:
-            # Query vectors from other weights would be compared against these silently.
-            raise IndexMissingError(
-                f"the vectors were built with {built_with.name} ({built_with.weights_sha256}), but this "
-                f"process embeds with {embedder.identity.name} ({embedder.identity.weights_sha256}); "
-                "rebuild with `race index`",
-                where=str(path),
-            )
+        # The model is loaded, and checked against the one the vectors were built with, at the first query.
+        embedder = BuiltWith(embedder or MiniLMEmbedder(), built_with, where=str(path), hint="rebuild: `race index`")
         adapter = cls(path, manifest, embedder)
         # The exact matrix of the latest version: loaded, or rebuilt if the table moved on.
         adapter._exact.build(adapter.snapshot().table)

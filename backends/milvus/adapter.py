@@ -46,7 +46,7 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
+from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contract, read_contracts, schema_of, write_contracts
 from backends.milvus.build import _index_build_params, _with_recall, embed_chunks, load_collection, write_manifest
 from backends.milvus.build import lance_vectors as lance_vectors
@@ -181,14 +181,9 @@ class MilvusAdapter(Adapter):
         if not path.exists():
             raise IndexMissingError("no Milvus collection here (build one with MilvusAdapter.build)", where=str(folder))
         manifest = json.loads(path.read_text(encoding="utf-8"))
-        embedder = embedder or MiniLMEmbedder()
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
-        if embedder.identity != built_with:
-            raise IndexMissingError(
-                f"the collection's vectors were built with {built_with.name} ({built_with.weights_sha256}), but "
-                f"this process embeds with {embedder.identity.name} ({embedder.identity.weights_sha256})",
-                where=str(folder),
-            )
+        # The model is loaded, and checked against the one the vectors were built with, at the first query.
+        embedder = BuiltWith(embedder or MiniLMEmbedder(), built_with, where=str(folder), hint="rebuild the collection")
         adapter = cls(folder, manifest, embedder, timeout=timeout)
         try:
             adapter.ensure_loaded()
