@@ -131,7 +131,14 @@ def read_manifest(index_dir: Path) -> dict[str, object]:
         )
     if not path.exists():
         raise IndexMissingError(f"no {MANIFEST}: not a RACE index directory", where=str(index_dir))
-    data = json.loads(path.read_text())
+    from rsc.canonical import read_json
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IndexMissingError(f"unreadable: {exc.strerror or exc}", where=str(path)) from None
+    # Truncated, not UTF-8 or not JSON: one bad-input line naming the file.
+    data = read_json(raw, where=str(path), error=IndexMissingError)
     if not isinstance(data, dict) or data.get("schema_version") != INDEX_SCHEMA_VERSION:
         raise IndexMissingError(f"{MANIFEST} has an unknown schema_version", where=str(index_dir))
     return data

@@ -1,6 +1,7 @@
 """Bad input that lives in a corpus or an index directory: one line naming the place, exit
-status 2, nothing written. Index-directory cases whose reader belongs to other modules
-(race/indexing.py, the adapters) are marked xfail until those readers refuse them."""
+status 2, nothing written: corpus files that are not UTF-8, and index files (the index
+manifest, tantivy's meta.json, the backends' own manifests) that are truncated, not UTF-8,
+too deep, or garbage."""
 
 from __future__ import annotations
 
@@ -54,23 +55,43 @@ def index_copy(index_dir: Path, tmp_path: Path) -> Path:
     return copy
 
 
-@pytest.mark.xfail(reason="race/indexing.py read_manifest lets json.JSONDecodeError out (not refused as bad input)")
-def test_truncated_index_manifest(index_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    manifest = index_copy / "race-index.json"
-    manifest.write_bytes(manifest.read_bytes()[:40])
-    code = main(["plan", PLAN, "--index", str(index_copy)])
-    _one_error_line(capsys, code, "race-index.json")
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.xfail(reason="race/indexing.py read_manifest decodes the manifest as text without a UTF-8 check")
-def test_index_manifest_not_utf8(index_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (index_copy / "race-index.json").write_bytes(b'{"schema_version": "\xff"}')
-    code = main(["plan", PLAN, "--index", str(index_copy)])
-    _one_error_line(capsys, code, "race-index.json")
+TRUNCATED = object()
+"""Stands for the file's own first 40 bytes."""
 
 
-@pytest.mark.xfail(reason="the tantivy adapter opens a garbage meta.json without translating tantivy's error")
-def test_garbage_tantivy_meta_json(index_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (index_copy / "tantivy" / "meta.json").write_bytes(b"\x00garbage{")
-    code = main(["plan", PLAN, "--index", str(index_copy)])
-    _one_error_line(capsys, code, "meta.json")
+@pytest.mark.parametrize(
+    ("name", "data", "fragments"),
+    [
+        ("race-index.json", TRUNCATED, ("race-index.json", "malformed JSON")),
+        ("race-index.json", b'{"schema_version": "\xff"}', ("race-index.json", "not UTF-8: byte 0xff")),
+        ("race-index.json", b"[" * 5000 + b"]" * 5000, ("race-index.json", "nested deeper")),
+        ("race-index.json", b'{"schema_version": 1' + b"0" * 5000 + b"}", ("race-index.json", "digits")),
+        ("tantivy/meta.json", b"\x00garbage{", ("tantivy/meta.json", "tantivy cannot open it", "race index")),
+        ("tantivy/meta.json", b"{}\n\n{", ("tantivy/meta.json", "tantivy cannot open it")),
+        ("tantivy/race.json", TRUNCATED, ("tantivy/race.json", "malformed JSON")),
+        ("tantivy/race.json", b"\xfe\xff", ("tantivy/race.json", "not UTF-8")),
+        ("lancedb/race.json", TRUNCATED, ("lancedb/race.json", "malformed JSON")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_index_file(
+    index_copy: Path,
+    tmp_cwd: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    data: object,
+    fragments: tuple[str, ...],
+) -> None:
+    target = index_copy / name
+    target.write_bytes(target.read_bytes()[:40] if data is TRUNCATED else data)  # type: ignore[arg-type]
+    before = _tree(index_copy)
+    for command in (["plan", PLAN, "--index", str(index_copy)], ["run", PLAN, "--index", str(index_copy)]):
+        code = main(command)
+        _one_error_line(capsys, code, *fragments)
+    # Nothing written: the index is as it was and the working directory stays empty.
+    assert _tree(index_copy) == before
+    assert [p.name for p in tmp_cwd.iterdir()] == ["index"]

@@ -22,7 +22,6 @@ counts and the embedder. A run pins it by checking that version out (``pinned``)
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,6 +72,7 @@ from rsc import (
     ScoreKind,
     fingerprint,
 )
+from rsc.canonical import read_json
 
 _COUNTED_TYPES: Final = frozenset(
     {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
@@ -131,7 +131,7 @@ class LanceAdapter(LanceSnapshots):
         manifest_path = path / MANIFEST
         if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
             raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
         # The model is loaded, and checked against the one the vectors were built with, at the first query.
         embedder = BuiltWith(embedder or MiniLMEmbedder(), built_with, where=str(path), hint="rebuild: `race index`")

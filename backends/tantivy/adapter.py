@@ -56,6 +56,7 @@ from rsc import (
     ScoreKind,
     fingerprint,
 )
+from rsc.canonical import read_json
 
 _WRITER_HEAP = 50_000_000
 _EXACT_SET_CAP = 10_000
@@ -168,9 +169,15 @@ class TantivyAdapter(Adapter):
         manifest_path = path / "race.json"
         if not (path / "meta.json").exists() or not manifest_path.exists():
             raise IndexMissingError("no tantivy index here (run `race index`)", where=str(path))
-        index = tantivy.Index.open(str(path))
+        try:
+            index = tantivy.Index.open(str(path))
+        except ValueError as exc:  # tantivy's error for a corrupt or unreadable index
+            why = " ".join(str(exc).split())[:200]
+            raise IndexMissingError(
+                f"tantivy cannot open it ({why}); rebuild with `race index`", where=str(path / "meta.json")
+            ) from None
         index.register_tokenizer(ANALYZER, _analyzer())
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
         adapter = cls(path, index, schema_of(manifest))
         adapter.generated_contracts = read_contracts(path)
         adapter.corpus_schema = schema_of(manifest)
