@@ -14,12 +14,15 @@ from race.attach import add_milvus_command
 from race.cli_evidence import add_evidence_commands
 from race.cli_index import add_index_commands
 from race.version import __version__
-from rsc import InputError, RaceError, ReplayError, canonical_pretty, most_specific
+from rsc import GapKind, InputError, ObligationStatus, RaceError, ReplayError, canonical_pretty, most_specific
 
 if TYPE_CHECKING:
     from planner import LogicalPlan
+    from race.receipt import ObligationReceipt, Receipt
 
 EXIT_BAD_INPUT = 2
+EXIT_UNMET_MANDATORY = 3
+"""``race run`` completed, but a ``mandatory`` obligation is not satisfied."""
 
 
 def _engine(args: argparse.Namespace) -> object:
@@ -75,7 +78,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         where = receipt_path(retain, receipt)
         print(f"race: retained {len(receipt.retained)} artifacts; receipt {where}", file=sys.stderr)
+    unmet = unmet_mandatory(receipt)
+    if unmet:
+        print(f"race: mandatory obligations not satisfied: {', '.join(unmet)}", file=sys.stderr)
+        return EXIT_UNMET_MANDATORY
     return 0
+
+
+def unmet_mandatory(receipt: Receipt) -> tuple[str, ...]:
+    """The mandatory obligations a completed run left unsatisfied, as ``id (status)``. A stage a
+    cascade or fallback did not need (not attempted, its only gaps ``not_needed``) is not one."""
+
+    def not_needed(ob: ObligationReceipt) -> bool:
+        return ob.status is ObligationStatus.NOT_ATTEMPTED and all(g.kind is GapKind.NOT_NEEDED for g in ob.gaps)
+
+    return tuple(
+        f"{ob.id} ({ob.status.value})"
+        for ob in receipt.obligations
+        if ob.mandatory and ob.status is not ObligationStatus.SATISFIED and not (ob.gaps and not_needed(ob))
+    )
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
