@@ -398,3 +398,46 @@ def test_without_a_matrix_of_the_snapshot_the_flat_scan_answers(
     assert "read-only" in adapter._exact.unavailable
     assert served.hits[0].chunk_id == "late-note#0"
     assert [h.key for h in served.hits] == [h.key for h in _flat(adapter, k=3).hits]
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [
+        Filter(field="share", value="p10"),
+        Filter(field="level", value=3),
+        Filter(field="tiny", value="t05"),
+        Filter(field="tags", value="g1"),
+        Filter(field="day", op=FilterOp.RANGE, gte="2024-03-01", lte="2024-06-30"),
+        Filter(field="doc_id", op=FilterOp.IN, values=("d0001", "d0002", "d0003")),
+    ],
+    ids=lambda f: f.describe(),
+)
+def test_a_filter_on_any_field_reads_one_run_of_rows(
+    synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any], flt: Filter
+) -> None:
+    """The cluster field's values are runs of the matrix; every other field's, runs of its
+    sorted copy: a value (or a range of values, or consecutive values) is one run, read in
+    place, and the run holds exactly the rows the filter admits."""
+    matrix, _, rows, _ = synthetic
+    assert matrix.cluster == "share"
+    found = matrix.selection([flt])
+    assert found.space == (None if flt.field == matrix.cluster else flt.field)
+    assert found.runs is not None and len(found.runs) == 1
+    start, stop = (int(v) for v in found.runs[0])
+    in_base = np.arange(start, stop) if found.space is None else matrix.columns[flt.field].order[start:stop]
+    expected = sorted(r["chunk_id"] for r in rows if flt.matches(_fields(r)))
+    assert sorted(_ids(matrix, in_base)) == expected and found.matching == len(expected)
+
+
+def test_a_conjunction_gathers_the_rows_of_its_narrowest_filter(
+    synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any],
+) -> None:
+    matrix, _, rows, vectors = synthetic
+    filters = [Filter(field="level", op=FilterOp.RANGE, gte=0, lte=4), Filter(field="tiny", value="t12")]
+    found = matrix.selection(filters)
+    assert found.space == "tiny" and found.runs is None and found.positions is not None
+    query = vectors[3]
+    ranking = matrix.search(query, filters, K)
+    ids, distances, matching = reference(rows, vectors, query, filters, K)
+    assert _ids(matrix, ranking.positions) == ids and ranking.total_matches == matching
+    np.testing.assert_allclose(ranking.distances, distances, rtol=0, atol=2.0**-23)

@@ -7,6 +7,10 @@ dictionary-encoded (one code per row and field, the distinct values in ``exact.j
 written at index time under ``exact/`` beside the table (``matrix.py``) and memory-mapped at
 open.
 
+Beside the matrix are copies of it sorted by each field a filter may name whose values are not
+already runs of rows (``matrix.py``), so that a filter on one field reads runs of rows in
+place (``selection.py``), like the numpy floor over pre-sliced rows.
+
 A search resolves the hard filters to row positions from the codes (``masks.py``), with the semantics of
 ``Filter.matches`` (a value matches an operand of its own type class only: booleans, numbers,
 strings; a range needs both bounds' class), scores the selected rows with one float32
@@ -49,27 +53,33 @@ from backends.lancedb.masks import F64 as F64
 from backends.lancedb.masks import I64 as I64
 from backends.lancedb.masks import Column as Column
 from backends.lancedb.masks import TypedKey as TypedKey
-from backends.lancedb.masks import filter_key, resolve
+from backends.lancedb.masks import filter_key
 from backends.lancedb.masks import typed_key as typed_key
-from backends.lancedb.matrix import BLOCK_ROWS, CODES_FILE, MATRIX_FILE, META_FILE, NORMS_FILE, ROWS_FILE, U64_MAX
+from backends.lancedb.matrix import (
+    BLOCK_ROWS,
+    CODES_FILE,
+    MATRIX_FILE,
+    META_FILE,
+    NORMS_FILE,
+    ROWS_FILE,
+    U64_MAX,
+    sorted_file,
+)
 from backends.lancedb.matrix import SCHEMA_VERSION as SCHEMA_VERSION
 from backends.lancedb.matrix import cluster_field as cluster_field
 from backends.lancedb.matrix import manifest_digest as manifest_digest
 from backends.lancedb.matrix import row_norms as row_norms
 from backends.lancedb.matrix import write_matrix as write_matrix
+from backends.lancedb.scoring import Space, scores_of
+from backends.lancedb.selection import Selection, choose
 from rsc import BackendUnavailable, Filter
 
 MODE_EXACT: Final = "vector_exact_matrix"
 EXACT_DIR: Final = "exact"
 _WHERE: Final = "lancedb.exact"
 
-_DENSE_SHARE: Final = 0.75
 _SELECTIONS: Final = 64
 """Resolved filter combinations kept per matrix (row positions; at most 8 bytes a row each)."""
-_MAX_RUNS: Final = 16
-"""Up to this many runs of consecutive rows are scored in place, one product each."""
-"""From this share of the rows on, one product over the whole matrix costs less than
-gathering the selected rows first."""
 
 
 def margin(dims: int) -> float:
@@ -122,6 +132,7 @@ class ExactMatrix:
             raise ValueError(f"{folder}: a matrix needs the chunk_id field")
         self.columns = {name: Column.of(name, meta["values"][name], codes[i]) for i, name in enumerate(fields)}
         self.cluster: str | None = meta.get("cluster")
+        self._spaces: dict[str, Space] = {}
         # chunk_id values are unique, so a row's chunk_id code is its rank in key order.
         self._rank = self.columns["chunk_id"].codes
         directed = np.isfinite(self.norms) & (self.norms > 0)
@@ -130,27 +141,46 @@ class ExactMatrix:
         with np.errstate(divide="ignore"):
             self._inverse: F32 = np.where(directed, 1.0 / self.norms, 0.0).astype(np.float32)
         self._margin = margin(self.dims)
+        self._base = Space(self.matrix, self._inverse, None, directed)
+        for name in meta.get("sorted", []):
+            order = self.columns[name].order
+            copy: F32 = np.asarray(np.load(folder / sorted_file(fields.index(name)), mmap_mode="r"))
+            if copy.shape != self.matrix.shape or copy.dtype != np.float32:
+                raise ValueError(f"{folder}: the copy sorted by {name!r} does not agree with {META_FILE}")
+            self._spaces[name] = Space(copy, self._inverse[order], order, directed[order])
+        self._copies = frozenset(self._spaces)
         self._scratch = threading.local()
-        self._selections: OrderedDict[tuple[Hashable, ...], tuple[I64, int]] = OrderedDict()
+        self._selections: OrderedDict[tuple[Hashable, ...], Selection] = OrderedDict()
         self._selections_lock = threading.Lock()
 
     # -- filters ----------------------------------------------------------------------------
 
     def select(self, filters: Sequence[Filter]) -> tuple[I64 | None, int]:
-        """(ascending positions of the rows passing every filter, or ``None`` for all; count).
+        """(ascending matrix positions of the rows passing every filter, or ``None`` for all;
+        their count)."""
+        found = self.selection(filters)
+        listed = found.listed()
+        if listed is None or found.space is None:
+            return listed, found.matching
+        return np.sort(self._spaces[found.space].to_base[listed]), found.matching  # type: ignore[index]
+
+    def selection(self, filters: Sequence[Filter]) -> Selection:
+        """The rows passing every filter, as runs or positions of the matrix or of a sorted copy.
 
         The answer depends on the filters and this (immutable) matrix only, so the last few
         are kept: a filter that many queries share is resolved once."""
         if not filters:
-            return None, self.rows
+            return Selection(None, None, None, self.rows)
         key = tuple(filter_key(flt) for flt in filters)
         with self._selections_lock:
             found = self._selections.get(key)
             if found is not None:
                 self._selections.move_to_end(key)
                 return found
-        found = resolve(self.columns, filters)
-        found[0].setflags(write=False)
+        found = choose(self.columns, filters, self._copies, self.rows)
+        for array in (found.runs, found.positions):
+            if array is not None:
+                array.setflags(write=False)
         with self._selections_lock:
             self._selections[key] = found
             while len(self._selections) > _SELECTIONS:
@@ -167,22 +197,32 @@ class ExactMatrix:
         q_norm = math.sqrt(float(q64 @ q64))
         if not (math.isfinite(q_norm) and q_norm > 0.0):
             raise BackendUnavailable("the query vector has no direction: cosine distance is undefined", where=_WHERE)
-        positions, matching = self.select(filters)
-        if self.undirected:
-            positions = np.flatnonzero(self._directed) if positions is None else positions[self._directed[positions]]
-        count = self.rows if positions is None else len(positions)
+        found = self.selection(filters)
+        space = self._spaces[found.space] if found.space is not None else self._base
+        unit = (q32 / np.float32(q_norm)).astype(np.float32)
+        scores, locate = scores_of(space, found, unit, self._buffer)
+        count = len(scores)
+        if self.undirected and count:
+            # Rows without a direction score 0 (zeroed); they are never ranked.
+            listed = found.listed()
+            undirected = ~(space.directed if listed is None else space.directed[listed])
+            scores[undirected] = -np.inf
+            count -= int(undirected.sum())
         if count == 0 or k < 1:
-            return Ranking(np.empty(0, np.int64), np.empty(0, np.float32), matching)
-        scores = self._scores(positions, (q32 / np.float32(q_norm)).astype(np.float32))
+            return Ranking(np.empty(0, np.int64), np.empty(0, np.float32), found.matching)
         if k < count:
-            kth = np.partition(scores, count - k)[count - k]
+            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
             near = np.flatnonzero(scores >= kth - np.float32(self._margin))
+        elif count < len(scores):
+            near = np.flatnonzero(np.isfinite(scores))
         else:
             near = np.arange(count)
-        rows = near if positions is None else positions[near]
+        rows = locate(near)
+        if space.to_base is not None:
+            rows = space.to_base[rows]
         distances = self.distances(rows, q64, q_norm)
         order = np.lexsort((self._rank[rows], distances))[:k]
-        return Ranking(rows[order].astype(np.int64), distances[order], matching)
+        return Ranking(rows[order].astype(np.int64), distances[order], found.matching)
 
     def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
         """Cosine distances of the rows at ``positions``, each from its own float64 dot product
@@ -194,39 +234,6 @@ class ExactMatrix:
         # 1 - cosine is at most 2 + 2**-52 (rounds to 2 in float32) but can dip below 0.
         np.maximum(distances, np.float32(0.0), out=distances)
         return distances
-
-    def _scores(self, positions: I64 | None, unit: F32) -> F32:
-        """float32 cosine of every selected row: one product over the whole matrix, over each
-        run of consecutive rows (a filter on the clustering field selects one), or over blocks
-        of the selected rows gathered into a per-thread buffer."""
-        if positions is None or len(positions) >= _DENSE_SHARE * self.rows:
-            everything: F32 = self.matrix @ unit
-            everything *= self._inverse
-            return everything if positions is None else everything[positions]
-        first, last = int(positions[0]), int(positions[-1])
-        if last - first + 1 == len(positions):
-            run: F32 = self.matrix[first : last + 1] @ unit
-            run *= self._inverse[first : last + 1]
-            return run
-        breaks = np.flatnonzero(np.diff(positions) != 1) + 1
-        out = np.empty(len(positions), dtype=np.float32)
-        if len(breaks) < _MAX_RUNS:
-            for start, stop in zip((0, *breaks.tolist()), (*breaks.tolist(), len(positions)), strict=True):
-                first = int(positions[start])
-                np.matmul(self.matrix[first : first + stop - start], unit, out=out[start:stop])
-            out *= self._inverse[positions]
-            return out
-        buffer = self._buffer()
-        for start in range(0, len(positions), BLOCK_ROWS):
-            block = positions[start : start + BLOCK_ROWS]
-            rows = buffer[: len(block)]
-            # mode="clip": positions are in range, and "raise" would copy through a bounce buffer.
-            np.take(self.matrix, block, axis=0, out=rows, mode="clip")
-            # One dot per row on this thread: a threaded BLAS call per block waits on the other
-            # cores, which a busy machine makes cost more than the block's arithmetic.
-            np.vecdot(rows, unit, out=out[start : start + len(block)])
-        out *= self._inverse[positions]
-        return out
 
     def _buffer(self) -> F32:
         buffer: F32 | None = getattr(self._scratch, "buffer", None)
@@ -259,7 +266,8 @@ class MatrixStore:
         """Why no matrix is served, for explanation; empty while one is."""
 
     def _name(self, version: int, manifest: str) -> str:
-        return f"v{version}-{manifest[:16]}"
+        # The layout's version is in the name: a matrix of another layout is rebuilt, not refused.
+        return f"v{version}-{manifest[:16]}-x{SCHEMA_VERSION.rsplit('/', 1)[-1]}"
 
     def _digest(self, version: int) -> str | None:
         # A manifest file is written once; its digest is kept by (version, inode, mtime, size).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,8 @@ class Column:
     lookup: dict[TypedKey, int]
     classes: dict[int, tuple[int, int]]
     """Per type class, the first and one-past-last code."""
+    contiguous: bool
+    """Every code's rows are one run of consecutive matrix rows."""
 
     @classmethod
     def of(cls, field: str, values: Sequence[Any], codes: npt.NDArray[np.int32]) -> Column:
@@ -75,7 +77,9 @@ class Column:
             first, _ = classes.get(key[0], (code, code))
             classes[key[0]] = (first, code + 1)
         lookup = {k: c for c, k in enumerate(keys, start=1)}
-        return cls(field, keys, others, codes, order, starts, lookup, classes)
+        present = int(np.count_nonzero(np.diff(starts)))
+        contiguous = len(codes) == 0 or int(np.count_nonzero(np.diff(codes))) + 1 == present
+        return cls(field, keys, others, codes, order, starts, lookup, classes, contiguous)
 
     def matching(self, flt: Filter) -> npt.NDArray[np.int64]:
         """The codes whose value passes ``flt``, ascending."""
@@ -118,6 +122,25 @@ class Column:
             return np.sort(self.order[self.starts[codes[0]] : self.starts[codes[-1] + 1]])
         return np.flatnonzero(self.admits(codes)[self.codes]).astype(np.int64)
 
+    def runs(self, codes: npt.NDArray[np.int64], *, sorted_copy: bool) -> I64:
+        """The rows of ``codes`` as runs ``[start, stop)`` (shape (n, 2), ascending, adjacent
+        runs merged): in this field's sorted copy of the matrix (row ``p`` of the copy is
+        matrix row ``order[p]``), or in the matrix itself when the field is ``contiguous``."""
+        first, stop = self.starts[codes], self.starts[codes + 1]
+        keep = stop > first
+        first, stop = first[keep], stop[keep]
+        if not sorted_copy:
+            first, stop = self.order[first], self.order[stop - 1] + 1
+            by = np.argsort(first, kind="stable")
+            first, stop = first[by], stop[by]
+        if len(first) > 1:
+            # Merge runs that touch: a range over consecutive codes is one run.
+            new = np.concatenate([[True], first[1:] != stop[:-1]])
+            heads = np.flatnonzero(new)
+            first = first[heads]
+            stop = stop[np.concatenate([heads[1:] - 1, [len(new) - 1]])]
+        return np.stack([first, stop], axis=1).astype(np.int64).reshape(-1, 2)
+
     def admits(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         table = np.zeros(len(self.keys) + len(self.others) + 1, dtype=np.bool_)
         table[codes] = True
@@ -127,38 +150,16 @@ class Column:
 def filter_key(flt: Filter) -> Hashable:
     """A filter with each operand's type: ``Filter`` equality (and its JSON) has True == 1,
     which match different rows."""
-
-    def typed(value: Any) -> Hashable:
-        return (type(value).__name__, value)
-
+    values = flt.values
     return (
         flt.field,
         flt.op.value,
-        typed(flt.value),
-        tuple(typed(v) for v in flt.values),
-        typed(flt.gte),
-        typed(flt.lte),
+        type(flt.value),
+        flt.value,
+        tuple(map(type, values)),
+        values,
+        type(flt.gte),
+        flt.gte,
+        type(flt.lte),
+        flt.lte,
     )
-
-
-def resolve(columns: Mapping[str, Column], filters: Sequence[Filter]) -> tuple[I64, int]:
-    """(ascending positions of the rows passing every filter; their count)."""
-    resolved = []
-    for flt in filters:
-        column = columns.get(flt.field)
-        if column is None:
-            # No row has the field, and a row without it matches no filter on it.
-            return np.empty(0, dtype=np.int64), 0
-        codes = column.matching(flt)
-        resolved.append((column.count(codes), column, codes))
-    # The narrowest filter lists the rows; each other one is a lookup per listed row.
-    resolved.sort(key=lambda r: r[0])
-    total, column, codes = resolved[0]
-    if total == 0:
-        return np.empty(0, dtype=np.int64), 0
-    positions = column.rows(codes, total)
-    for _, other, other_codes in resolved[1:]:
-        if len(positions) == 0:
-            break
-        positions = positions[other.admits(other_codes)[other.codes[positions]]]
-    return positions, len(positions)

@@ -4,9 +4,10 @@
 A matrix holds every row of one table version: the vectors in ``chunk_id`` order (which is
 the order of the evidence keys ``chunk:<chunk_id>``), or grouped by a clustering field first,
 each row's float64 norm, the row's other columns (an Arrow file, for the custody of the hits),
-and the fields a filter may name dictionary-encoded (one code per row and field, the distinct
-values in ``exact.json``). It names the table version it was built from and the digest of
-that version's manifest file.
+the fields a filter may name dictionary-encoded (one code per row and field, the distinct
+values in ``exact.json``), and copies of the vectors sorted by a field's code, so that a
+filter on that field reads runs of rows (``selection.py``). It names the table version it
+was built from and the digest of that version's manifest file.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from lancedb.table import Table
 
 from backends.lancedb.masks import F64, TypedKey, value_key
 
-SCHEMA_VERSION: Final = "race.exact/1"
+SCHEMA_VERSION: Final = "race.exact/2"
 META_FILE: Final = "exact.json"
 MATRIX_FILE: Final = "matrix.npy"
 NORMS_FILE: Final = "norms.npy"
 ROWS_FILE: Final = "rows.arrow"
 VECTOR_COLUMN: Final = "vector"
 CODES_FILE: Final = "codes.npy"
+MAX_COPIES: Final = 8
+"""At most this many sorted copies of the matrix (one per field, each as large as the matrix)."""
 
 BLOCK_ROWS: Final = 2048
 """Rows gathered per matrix-vector product: 3 MiB of 384-d float32, so a block is still in
@@ -80,6 +83,26 @@ def cluster_field(rows: Sequence[dict[str, Any]]) -> str | None:
                 present[name] = present.get(name, 0) + 1
     candidates = [(len(v), name) for name, v in seen.items() if len(v) >= 2 and present[name] * 2 >= len(rows)]
     return min(candidates)[1] if candidates else None
+
+
+def sorted_file(index: int) -> str:
+    """The file of the matrix copy sorted by the ``index``-th encoded field."""
+    return f"sorted-{index}.npy"
+
+
+def copy_fields(fields: Sequence[str], codes: npt.NDArray[np.int32]) -> list[str]:
+    """The fields that get a copy of the matrix sorted by their code (``selection.py``): every
+    field but ``chunk_id`` whose values are not already runs of rows in the matrix's order,
+    those with the fewest distinct values (whose filters keep the most rows) first, ties by
+    name, at most ``MAX_COPIES``."""
+    wanted = []
+    for i, name in enumerate(fields):
+        if name == "chunk_id" or len(codes[i]) == 0:
+            continue
+        distinct = len(np.unique(codes[i]))
+        if int(np.count_nonzero(np.diff(codes[i]))) + 1 > distinct:
+            wanted.append((distinct, name))
+    return [name for _, name in sorted(wanted)[:MAX_COPIES]]
 
 
 def _cluster_key(row: dict[str, Any], field: str) -> tuple[int, TypedKey]:
@@ -138,8 +161,10 @@ def write_matrix(table: Table, folder: Path, manifest: str) -> None:
     for i, name in enumerate(fields):
         code_of = {key: c for c, key in enumerate(sorted(values[name]), start=1)}
         codes[i] = [code_of[value_key(row[name])] if name in row else 0 for row in rows]
+    copies = copy_fields(fields, codes)
     meta = {
         "schema_version": SCHEMA_VERSION,
+        "sorted": copies,
         "table_version": int(table.version),
         "manifest": manifest,
         "rows": len(order),
@@ -158,6 +183,9 @@ def write_matrix(table: Table, folder: Path, manifest: str) -> None:
         with pa.OSFile(str(staging / ROWS_FILE), "wb") as sink, pa.ipc.new_file(sink, rows_table.schema) as writer:
             writer.write_table(rows_table)
         np.save(staging / CODES_FILE, codes)
+        for name in copies:
+            index = fields.index(name)
+            np.save(staging / sorted_file(index), vectors[np.argsort(codes[index], kind="stable")])
         (staging / META_FILE).write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
         staging.rename(folder)
     finally:

@@ -1,0 +1,98 @@
+"""Scoring the rows a search selected (``selection.py``) in float32: one matrix-vector
+product per run of consecutive rows, over the whole matrix, or over blocks of gathered rows
+(``exact.py`` settles the cut exactly afterwards)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from backends.lancedb.masks import F32, I64
+from backends.lancedb.matrix import BLOCK_ROWS
+from backends.lancedb.selection import Selection
+
+DENSE_SHARE: Final = 0.75
+"""From this share of the rows on, one product over the whole matrix costs less than
+gathering the selected rows first."""
+MAX_RUNS: Final = 16
+"""Up to this many runs of consecutive rows are scored in place, one product each."""
+
+
+def _identity(i: I64) -> I64:
+    return i
+
+
+@dataclass(frozen=True)
+class Space:
+    """Rows in one order: the matrix's own (``to_base`` is ``None``) or a field's sorted copy,
+    whose row ``p`` is matrix row ``to_base[p]``; each row's float32 inverse norm (0 without
+    a direction) and whether it has one, in that order."""
+
+    matrix: F32
+    inverse: F32
+    to_base: I64 | None
+    directed: npt.NDArray[np.bool_]
+
+
+def scores_of(space: Space, found: Selection, unit: F32, buffer: Callable[[], F32]) -> tuple[F32, Callable[[I64], I64]]:
+    """float32 cosine of every selected row, and where the i-th score's row is in the space:
+    one product over each run of consecutive rows, over the whole matrix, or over blocks
+    of the selected rows gathered into a per-thread buffer."""
+    runs = found.runs
+    if runs is not None and len(runs) <= MAX_RUNS:
+        return _run_scores(space, runs, unit)
+    positions = found.listed()
+    if positions is None:
+        everything: F32 = space.matrix @ unit
+        everything *= space.inverse
+        return everything, _identity
+    listed = positions
+
+    def locate(i: I64) -> I64:
+        return listed[i]
+
+    if len(listed) >= DENSE_SHARE * len(space.matrix):
+        dense: F32 = space.matrix @ unit
+        dense *= space.inverse
+        return dense[listed], locate
+    out = np.empty(len(listed), dtype=np.float32)
+    rows_buffer = buffer()
+    for start in range(0, len(listed), BLOCK_ROWS):
+        block = listed[start : start + BLOCK_ROWS]
+        rows = rows_buffer[: len(block)]
+        # mode="clip": positions are in range, and "raise" would copy through a bounce buffer.
+        np.take(space.matrix, block, axis=0, out=rows, mode="clip")
+        # One dot per row on this thread: a threaded BLAS call per block waits on the other
+        # cores, which a busy machine makes cost more than the block's arithmetic.
+        np.vecdot(rows, unit, out=out[start : start + len(block)])
+    out *= space.inverse[listed]
+    return out, locate
+
+
+def _run_scores(space: Space, runs: I64, unit: F32) -> tuple[F32, Callable[[I64], I64]]:
+    firsts, stops = runs[:, 0], runs[:, 1]
+    if len(runs) == 1:
+        first, stop = int(firsts[0]), int(stops[0])
+        one: F32 = space.matrix[first:stop] @ unit
+        one *= space.inverse[first:stop]
+        return one, lambda i: i + first
+    ends = np.cumsum(stops - firsts)
+    out = np.empty(int(ends[-1]), dtype=np.float32)
+    at = 0
+    for first, stop in runs.tolist():
+        piece = out[at : at + stop - first]
+        np.matmul(space.matrix[first:stop], unit, out=piece)
+        piece *= space.inverse[first:stop]
+        at += stop - first
+    starts = ends - (stops - firsts)
+
+    def locate(i: I64) -> I64:
+        run = np.searchsorted(ends, i, side="right")
+        located: I64 = firsts[run] + (i - starts[run])
+        return located
+
+    return out, locate
