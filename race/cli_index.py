@@ -64,7 +64,21 @@ def cmd_index(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     try:
-        if args.ray:
+        if args.update:
+            if args.ray:
+                raise InputError("--update embeds in this process; leave out --ray", where="--update")
+            from race.index_update import update_index
+
+            summary = update_index(
+                Path(args.corpus),
+                Path(args.out),
+                report,
+                vectors=not args.no_vectors,
+                notice=lambda text: print(f"race: notice: {text}", file=sys.stderr),
+            )
+            generations = summary.generations
+            print(f"race: {update_line(summary)}", file=sys.stderr)
+        elif args.ray:
             from race.distributed import build_index_on_ray
 
             corpus, out = Path(args.corpus), Path(args.out)
@@ -88,6 +102,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def update_line(summary: Any) -> str:
+    """One line saying what ``--update`` did, with the count of documents re-embedded."""
+    fresh = len(summary.added) + len(summary.changed)
+    done = "rebuilt" if summary.rebuilt is not None else "updated"
+    return (
+        f"{done}: {len(summary.added)} added, {len(summary.changed)} changed, {len(summary.removed)} removed, "
+        f"{summary.unchanged} unchanged; re-embedded {fresh} documents ({summary.chunks_embedded} chunks, "
+        f"{summary.texts_embedded} distinct texts embedded)"
+    )
+
+
 def add_index_commands(sub: Any) -> None:
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
     p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
@@ -102,6 +127,11 @@ def add_index_commands(sub: Any) -> None:
         action="store_true",
         help="a lexical-only index (tantivy and graph), no embedding model needed; also the default without one",
     )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="bring the index at --out to the corpus: re-index only added, changed and removed documents",
+    )
     p.add_argument("--json", action="store_true", help="print the generations as JSON")
     p.add_argument(
         "--ray", nargs="?", const="local", metavar="ADDRESS", help="embed on Ray ('local', the default, or an address)"
@@ -114,4 +144,3 @@ def add_index_commands(sub: Any) -> None:
     p.add_argument("--k", type=int, default=10, help="recall@k (default 10)")
     p.add_argument("--seed", type=int, default=7, help="seed of the sampled queries (default 7)")
     p.set_defaults(func=cmd_calibrate)
-

@@ -17,15 +17,18 @@ from typing import TYPE_CHECKING
 from backends import LOCAL_ADAPTERS, Adapter, load_corpus
 from backends.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
-from rsc import Contract, IndexMissingError, InputError
+from rsc import Contract, IndexMissingError, InputError, fingerprint
 
 if TYPE_CHECKING:
+    from backends.corpus import Corpus
     from backends.embedding import Embedder
 
 INDEX_SCHEMA_VERSION = "race.index/1"
 MANIFEST = "race-index.json"
 SCHEMA = "schema.json"
 """The corpus schema the index was built under, beside the manifest."""
+DOCUMENTS = "documents.json"
+"""Each document's fingerprint (``document_digests``), for ``race index --update``."""
 
 Report = Callable[[str, int, int], None]
 
@@ -43,6 +46,40 @@ def build_index(
     ``embedder`` embeds the vector index's chunks (default: the model, in this process).
     Without ``vectors``, or when no embedder is given and the model is not installed, the
     index is lexical only (a cold start): no vector index, and ``notice`` is told why."""
+    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
+    staging = start_staging(out)
+    try:
+        generations: dict[str, str] = {}
+        for adapter in LOCAL_ADAPTERS:
+            name = adapter.backend
+            if skipped is not None and name == "lancedb":
+                continue
+            if embedder is not None and name == "lancedb":
+                from backends.lancedb import LanceAdapter
+
+                generations[name] = LanceAdapter.build(corpus, staging, _progress(report, name), embedder=embedder)
+            else:
+                generations[name] = adapter.build(corpus, staging, _progress(report, name))
+        finish_staging(staging, out, corpus, generations, skipped)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return generations
+
+
+def _progress(report: Report | None, name: str) -> Callable[[int, int], None]:
+    def progress(done: int, total: int) -> None:
+        if report:
+            report(name, done, total)
+
+    return progress
+
+
+def load_for_index(
+    corpus_path: Path, *, embedder: Embedder | None, vectors: bool, notice: Callable[[str], None] | None
+) -> tuple[Corpus, str | None]:
+    """The corpus, validated in full, cut to the embedder's tokenizer where the model is
+    installed (SPEC §7); and why the index gets no vector index (``None``: it gets one)."""
     from backends.corpus import Chunking
     from backends.embedding import token_counter
 
@@ -50,56 +87,90 @@ def build_index(
     skipped = vectors_skipped(vectors=vectors, embedder=embedder, model_installed=counter is not None)
     if skipped is not None and vectors and notice is not None:
         notice(f"{skipped}; building a lexical-only index (tantivy and graph), vector obligations will be unsatisfied")
-    # Chunks are cut to the embedder's tokenizer where the model is installed (SPEC §7).
-    corpus = load_corpus(corpus_path, chunking=Chunking(tokens=counter))
+    return load_corpus(corpus_path, chunking=Chunking(tokens=counter)), skipped
+
+
+def start_staging(out: Path, *, copy: bool = False) -> Path:
+    """The sibling directory an index is built in (``.NAME.building-PID``), after removing what
+    killed builds left; with ``copy``, holding a copy of the index at ``out`` to update."""
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a directory", where=str(out))
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
         raise InputError("is a non-empty directory that is not a RACE index; refusing to overwrite", where=str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
+    clear_dead_builds(out)
     staging = out.with_name(f".{out.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    if copy:
+        shutil.copytree(out, staging, symlinks=True)
+    else:
+        staging.mkdir()
+    return staging
+
+
+def _pid_alive(pid: int) -> bool:
     try:
-        generations: dict[str, str] = {}
-        for adapter in LOCAL_ADAPTERS:
-            name = adapter.backend
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-            def progress(done: int, total: int, name: str = name) -> None:
-                if report:
-                    report(name, done, total)
 
-            if skipped is not None and name == "lancedb":
+def clear_dead_builds(out: Path) -> list[Path]:
+    """Remove what a killed ``race index`` of ``out`` left beside it: its ``.NAME.building-PID``
+    directory, and put back the previous index (``.NAME.previous-PID``) if it was killed between
+    moving that away and moving the new one in. A directory of a process still running is left
+    alone. The paths removed or restored."""
+    done: list[Path] = []
+    for kind in ("previous", "building"):
+        for path in sorted(out.parent.glob(f".{out.name}.{kind}-*")):
+            pid = path.name.rsplit("-", 1)[1]
+            if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
-            if embedder is not None and name == "lancedb":
-                from backends.lancedb import LanceAdapter
-
-                generations[name] = LanceAdapter.build(corpus, staging, progress, embedder=embedder)
+            if kind == "previous" and not out.exists():
+                path.rename(out)
             else:
-                generations[name] = adapter.build(corpus, staging, progress)
-        manifest = {
-            "schema_version": INDEX_SCHEMA_VERSION,
-            "corpus_revision": corpus.revision,
-            "chunks": len(corpus.chunks),
-            "documents": len(corpus.doc_ids),
-            "edges": len(corpus.edges),
-            "backends": sorted(generations),
-        }
-        if skipped is not None:
-            manifest["vectors_skipped"] = skipped
-        (staging / SCHEMA).write_text(schema_document(corpus.corpus_schema))
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    staging.rename(out)
+                shutil.rmtree(path, ignore_errors=True)
+            done.append(path)
+    return done
+
+
+def finish_staging(staging: Path, out: Path, corpus: Corpus, generations: dict[str, str], skipped: str | None) -> None:
+    """Write the manifest, schema and document digests, calibrate, and move the index in place
+    of ``out``: ``out`` holds either the old index or the new one, never a part of one."""
+    manifest = {
+        "schema_version": INDEX_SCHEMA_VERSION,
+        "corpus_revision": corpus.revision,
+        "chunks": len(corpus.chunks),
+        "documents": len(corpus.doc_ids),
+        "edges": len(corpus.edges),
+        "backends": sorted(generations),
+    }
+    if skipped is not None:
+        manifest["vectors_skipped"] = skipped
+    (staging / SCHEMA).write_text(schema_document(corpus.corpus_schema))
+    (staging / DOCUMENTS).write_text(json.dumps(document_digests(corpus), indent=0, sort_keys=True) + "\n")
     # The approximate contracts' recall, measured on the table just built (SPEC §7).
     from race.calibration import calibrate_index
 
-    calibrate_index(out)
-    return generations
+    calibrate_index(staging)
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    previous = out.with_name(f".{out.name}.previous-{os.getpid()}")
+    if out.exists():
+        out.rename(previous)
+    staging.rename(out)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def document_digests(corpus: Corpus) -> dict[str, str]:
+    """Each document's fingerprint over its chunks (text, spans, metadata, source hash): an
+    update re-indexes exactly the documents whose fingerprint changed."""
+    chunks: dict[str, list[object]] = {}
+    for chunk in corpus.chunks:
+        chunks.setdefault(chunk.doc_id, []).append(chunk.model_dump(mode="json"))
+    return {doc_id: fingerprint(rows) for doc_id, rows in sorted(chunks.items())}
 
 
 def vectors_skipped(*, vectors: bool, embedder: Embedder | None, model_installed: bool) -> str | None:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,55 @@ def graph_from_corpus(corpus: Corpus, progress: Progress | None = None) -> Any:
         if progress:
             progress(done, total)
     return graph
+
+
+def update_graph(graph: Any, corpus: Corpus, *, stale: Sequence[str], fresh: Sequence[str]) -> None:
+    """Bring ``graph`` (read from an index) to ``corpus`` in place: the ``stale`` documents'
+    nodes go, the ``fresh`` ones' come, the edges the corpus no longer has go and its new ones
+    come, and every edge and entity takes its line in the corpus's edges file again. The result
+    is ``graph_from_corpus(corpus)``, node for node and edge for edge."""
+    lines, source = _edge_lines(corpus)
+    graph.graph["edges_source"] = source
+    _describe(graph, corpus.corpus_schema)
+    for doc_id in stale:
+        if doc_id in graph:
+            graph.remove_node(doc_id)  # and its edges: the corpus's are added again below
+    wanted = frozenset(fresh)
+    first_chunks: dict[str, Any] = {}
+    chunk_ids: dict[str, list[str]] = {}
+    for chunk in corpus.chunks:
+        if chunk.doc_id in wanted:
+            first_chunks.setdefault(chunk.doc_id, chunk)
+            chunk_ids.setdefault(chunk.doc_id, []).append(chunk.chunk_id)
+    for doc_id in sorted(first_chunks):
+        chunk = first_chunks[doc_id]
+        attrs = {field: getattr(chunk, field) for field in _DOCUMENT_FIELDS}
+        attrs.update(kind=DOCUMENT, metadata=dict(chunk.metadata), chunks=tuple(chunk_ids[doc_id]))
+        if doc_id in graph:  # an entity until now: it keeps its edges
+            graph.nodes[doc_id].clear()
+            graph.nodes[doc_id].update(attrs)
+        else:
+            graph.add_node(doc_id, **attrs)
+    for src, dst, key in list(graph.edges(keys=True)):
+        if (src, dst, key) not in lines:
+            graph.remove_edge(src, dst, key=key)
+    for edge in corpus.edges:
+        for end in (edge.src, edge.dst):
+            if end not in graph:
+                graph.add_node(end, kind=ENTITY)
+        graph.add_edge(edge.src, edge.dst, key=edge.relation, line=lines[(edge.src, edge.dst, edge.relation)][0])
+    for node in list(graph.nodes):
+        if graph.nodes[node].get("kind") != ENTITY:
+            continue
+        touching = [
+            lines[(s, d, k)] for s, d, k in (*graph.in_edges(node, keys=True), *graph.out_edges(node, keys=True))
+        ]
+        if not touching:
+            graph.remove_node(node)
+            continue
+        line, text = min(touching)
+        graph.nodes[node].clear()
+        graph.nodes[node].update(kind=ENTITY, line=line, text=text)
 
 
 def _edge_lines(corpus: Corpus) -> tuple[dict[tuple[str, str, str], tuple[int, str]], dict[str, str]]:

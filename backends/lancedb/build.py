@@ -18,6 +18,7 @@ from lancedb.index import Bitmap, BTree, IvfFlat, LabelList
 
 from backends.base import Progress
 from backends.corpus import Chunk, Corpus
+from backends.embed_batch import Parallel, embed_distinct, text_key
 from backends.embedding import Embedder, MiniLMEmbedder, token_counter
 from backends.generated import schema_json
 from backends.lancedb.exact import EXACT_DIR, MatrixStore
@@ -53,7 +54,6 @@ def _scalar_index(kind: FieldType | None) -> BTree | Bitmap | LabelList:
     return LabelList() if kind is FieldType.KEYWORDS else Bitmap()
 
 
-_EMBED_BATCH = 64
 _CHUNK_FIELDS: Final = (
     "chunk_id",
     "doc_id",
@@ -170,36 +170,106 @@ def _truncation(chunks: Sequence[Chunk], embedder: Embedder) -> tuple[dict[str, 
     return out, total
 
 
-def build_table(corpus: Corpus, path: Path, progress: Progress | None, embedder: Embedder) -> CorpusSchema:
+def embed_chunks(
+    chunks: Sequence[Chunk],
+    embedder: Embedder,
+    progress: Progress | None = None,
+    *,
+    known: dict[str, npt.NDArray[np.float32]] | None = None,
+    parallel: Parallel = "auto",
+) -> tuple[npt.NDArray[np.float32], int]:
+    """The vector of every chunk and how many texts were embedded: each distinct ``chunk_text``
+    once (copies share its vector), none already in ``known`` (text key -> vector)."""
+    return embed_distinct([chunk_text(c) for c in chunks], embedder, known=known, parallel=parallel, progress=progress)
+
+
+def build_table(
+    corpus: Corpus, path: Path, progress: Progress | None, embedder: Embedder, *, parallel: Parallel = "auto"
+) -> CorpusSchema:
     """Embed the corpus and write the table, its indexes, exact matrix and ``race.json`` under
     ``path`` (replaced if it exists); the corpus schema the table was built with."""
     identity = embedder.identity
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
-    chunks = corpus.chunks
-    vectors = np.empty((len(chunks), identity.dims), dtype=np.float32)
-    for start in range(0, len(chunks), _EMBED_BATCH):
-        batch = chunks[start : start + _EMBED_BATCH]
-        vectors[start : start + len(batch)] = embedder.embed([chunk_text(c) for c in batch])
-        if progress:
-            progress(start + len(batch), len(chunks))
-    truncated, tokens = _truncation(chunks, embedder)
+    vectors, embedded = embed_chunks(corpus.chunks, embedder, progress, parallel=parallel)
     db = lancedb.connect(str(path))
+    table = db.create_table(
+        TABLE, chunk_rows(corpus.chunks, vectors, corpus.revision, identity.dims, corpus.corpus_schema)
+    )
+    finish_table(table, corpus, path, embedder, embedded=embedded)
+    return corpus.corpus_schema
+
+
+def update_table(
+    corpus: Corpus,
+    path: Path,
+    progress: Progress | None,
+    embedder: Embedder,
+    *,
+    stale: Sequence[str],
+    fresh: Sequence[str],
+    parallel: Parallel = "auto",
+) -> int:
+    """Bring the table under ``path`` to ``corpus``: delete the rows of the ``stale`` documents
+    (changed or removed), merge in the chunks of the ``fresh`` ones (changed or added), with
+    vectors embedded only for texts the table does not hold yet; then the indexes, matrix and
+    manifest again, over the whole table. The number of texts embedded."""
+    table = lancedb.connect(str(path)).open_table(TABLE)
+    wanted = frozenset(fresh)
+    chunks = [c for c in corpus.chunks if c.doc_id in wanted]
+    # Read before the delete: a changed document's unchanged chunks keep their vectors.
+    known = _vectors_by_text(table) if chunks else {}
+    if stale:
+        table.delete(f"doc_id IN ({', '.join(_sql_string(d) for d in sorted(stale))})")
+    vectors, embedded = embed_chunks(chunks, embedder, progress, known=known, parallel=parallel)
+    dims = embedder.identity.dims
+    if chunks:
+        rows = chunk_rows(chunks, vectors, corpus.revision, dims, corpus.corpus_schema)
+        table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+    # Every row's custody names the corpus revision it was indexed under: the new one.
+    table.update(values={"corpus_revision": corpus.revision})
+    finish_table(table, corpus, path, embedder, embedded=embedded)
+    return embedded
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _vectors_by_text(table: Any) -> dict[str, npt.NDArray[np.float32]]:
+    """The table's vectors by the key of the text each embeds."""
+    data = table.to_arrow().select(["title", "section", "text", VECTOR])
+    titles, sections, texts = (data.column(n).to_pylist() for n in ("title", "section", "text"))
+    matrix = np.asarray(data.column(VECTOR).combine_chunks().flatten(), dtype=np.float32).reshape(len(titles), -1)
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    for n, parts in enumerate(zip(titles, sections, texts, strict=True)):
+        out.setdefault(text_key("\n".join(p for p in parts if p)), matrix[n])
+    return out
+
+
+def finish_table(table: Any, corpus: Corpus, path: Path, embedder: Embedder, *, embedded: int) -> None:
+    """The vector index, the scalar indexes, the exact matrix and ``race.json`` of a table that
+    holds every chunk of ``corpus``; ``embedded`` texts were embedded to get there."""
+    identity = embedder.identity
+    chunks = corpus.chunks
+    truncated, tokens = _truncation(chunks, embedder)
     schema = corpus.corpus_schema
-    table = db.create_table(TABLE, chunk_rows(chunks, vectors, corpus.revision, identity.dims, schema))
     # Column positionally: LanceDB 0.40 misreads `column=` together with `config=`.
-    table.create_index(VECTOR, config=ann_index_config(len(chunks)), name=VECTOR_INDEX)
+    table.create_index(VECTOR, config=ann_index_config(len(chunks)), name=VECTOR_INDEX, replace=True)
     for name in IDENTITY_FIELDS:
-        table.create_index(name, config=_scalar_index(None))
+        table.create_index(name, config=_scalar_index(None), replace=True)
     for name, spec in schema.filterable().items():
-        table.create_index(name, config=_scalar_index(spec.type))
+        table.create_index(name, config=_scalar_index(spec.type), replace=True)
     MatrixStore(path / EXACT_DIR, path / f"{TABLE}.lance" / "_versions").build(table)
     manifest = {
         "corpus_revision": corpus.revision,
         "embedder": identity.model_dump(mode="json"),
         "schema": schema_json(schema),
         "table": TABLE,
+        # Texts the model embedded in the build (or update) that wrote this table: each
+        # distinct text once.
+        "embedded_texts": embedded,
         # Text the model did not read, by document: chunk id -> tokens past its window.
         "text_tokens": tokens,
         "truncated": truncated,
@@ -212,4 +282,3 @@ def build_table(corpus: Corpus, path: Path, progress: Progress | None, embedder:
         },
     }
     (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
-    return schema

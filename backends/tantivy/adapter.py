@@ -19,7 +19,7 @@ import copy
 import json
 import os
 import threading
-import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -37,9 +37,10 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.corpus import Corpus
-from backends.generated import generate_contracts, read_contracts, schema_json, schema_of, write_contracts
+from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.schema import CorpusSchema, FieldType
-from backends.tantivy.fields import _COUNTED_TYPES, _RAW_TYPES, ANALYZER, TEXT_FIELDS, _add, _analyzer, _schema, _term
+from backends.tantivy.build import update_index, write_index
+from backends.tantivy.fields import _RAW_TYPES, ANALYZER, TEXT_FIELDS, _analyzer, _term
 from backends.tantivy.fields import KEYWORD_FIELDS as KEYWORD_FIELDS
 from backends.tantivy.fields import date_number as date_number
 from rsc import (
@@ -58,7 +59,6 @@ from rsc import (
 )
 from rsc.canonical import read_json
 
-_WRITER_HEAP = 50_000_000
 _EXACT_SET_CAP = 10_000
 
 
@@ -121,45 +121,24 @@ class TantivyAdapter(Adapter):
     @classmethod
     def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
         path = index_dir / cls.backend
-        path.mkdir(parents=True, exist_ok=True)
-        index = tantivy.Index(_schema(corpus.corpus_schema), path=str(path), reuse=False)
-        index.register_tokenizer(ANALYZER, _analyzer())
-        writer = index.writer(heap_size=_WRITER_HEAP, num_threads=1)
-        counts: dict[str, dict[str, int]] = {}
-        fields = corpus.corpus_schema.filterable()
-        total = len(corpus.chunks)
-        for n, chunk in enumerate(corpus.chunks, start=1):
-            doc = tantivy.Document()
-            doc.add_text("title", chunk.title)
-            doc.add_text("section", chunk.section)
-            doc.add_text("text", chunk.text)
-            doc.add_text("doc_id", chunk.doc_id)
-            doc.add_text("chunk_id", chunk.chunk_id)
-            for field, spec in fields.items():
-                if field not in chunk.metadata:
-                    continue
-                stored = chunk.metadata[field]
-                for value in stored if isinstance(stored, tuple) else (stored,):
-                    _add(doc, field, spec.type, value)
-                    if spec.type in _COUNTED_TYPES:
-                        text = str(_term(spec.type, value))
-                        counts.setdefault(field, {}).setdefault(text, 0)
-                        counts[field][text] += 1
-            doc.add_text("row", json.dumps(chunk.model_dump(mode="json"), sort_keys=True))
-            writer.add_document(doc)
-            if progress:
-                progress(n, total)
-        writer.commit()
-        writer.wait_merging_threads()
-        # The index's own id: segment ids are fresh per build too, but the id says which build.
-        manifest = {
-            "corpus_revision": corpus.revision,
-            "index_id": uuid.uuid4().hex,
-            "rows": total,
-            "schema": schema_json(corpus.corpus_schema),
-            "value_counts": counts,
-        }
-        (path / "race.json").write_text(json.dumps(manifest, sort_keys=True, indent=1))
+        write_index(corpus, path, progress)
+        write_contracts(path, generate_contracts(cls.contracts(), corpus.corpus_schema))
+        return cls.open(index_dir).generation()
+
+    @classmethod
+    def update(
+        cls,
+        corpus: Corpus,
+        index_dir: Path,
+        progress: Progress | None = None,
+        *,
+        stale: Sequence[str],
+        fresh: Sequence[str],
+    ) -> str:
+        """The index brought to ``corpus`` in place (``backends.tantivy.build.update_index``):
+        the ``stale`` documents deleted by term, the ``fresh`` ones added; a new generation."""
+        path = index_dir / cls.backend
+        update_index(corpus, path, progress, stale=stale, fresh=fresh)
         write_contracts(path, generate_contracts(cls.contracts(), corpus.corpus_schema))
         return cls.open(index_dir).generation()
 
