@@ -6,6 +6,8 @@ agree and both are deterministic bytes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from planner.optimizer import Explain
 from planner.physical import FusionSpec, HybridNode, OperatorNode, PhysicalNode, ScanNode, UnsatisfiableNode
 from rsc import ExpectedRecall, canonical_pretty
@@ -67,11 +69,11 @@ def render_text(explain: Explain) -> str:
         for rev in explain.revisions:
             lines.append(f"  G{rev.group} {rev.logical}: {rev.rule}: {rev.detail}")
     lines += ["", "physical:"]
-    _render_node(explain.physical, 1, lines)
+    _render_node(explain.physical, 1, lines, fp.backends)
     return "\n".join(lines) + "\n"
 
 
-def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
+def _render_node(node: PhysicalNode, depth: int, lines: list[str], generations: Mapping[str, str]) -> None:
     pad = "  " * depth
     if isinstance(node, ScanNode):
         req = node.request
@@ -84,6 +86,9 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
         )
         if node.expected_recall is not None:
             lines.append(f"{pad}  expected recall: {describe_recall(node.expected_recall)}")
+        shards = scatter_of(generations.get(req.backend, ""))
+        if shards:
+            lines.append(f"{pad}  scatter to {len(shards)} shards, exact top-k merge: {'; '.join(shards)}")
         for gap in node.planned_gaps:
             lines.append(f"{pad}  gap {gap.kind.value}: {gap.detail}")
     elif isinstance(node, HybridNode):
@@ -91,7 +96,7 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
             f"{pad}hybrid {node.node} [G{node.group}] fusion={describe_fusion(node.fusion)} reach={node.reach.value}"
         )
         for leg in node.legs:
-            _render_node(leg, depth + 1, lines)
+            _render_node(leg, depth + 1, lines, generations)
     elif isinstance(node, UnsatisfiableNode):
         lines.append(f"{pad}unsatisfiable {node.node} [G{node.group}]")
         for gap in node.gaps:
@@ -101,7 +106,15 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str]) -> None:
         fusion = f" fusion={describe_fusion(node.fusion)}" if node.fusion else ""
         lines.append(f"{pad}{node.op.value} {node.node} [G{node.group}]{fusion}{extra}")
         for child in node.children:
-            _render_node(child, depth + 1, lines)
+            _render_node(child, depth + 1, lines, generations)
+
+
+def scatter_of(generation: str) -> list[str]:
+    """``label=generation`` of each shard a sharded instance's generation names (its form is
+    ``sharded(s0=<gen>; s1=<gen>)``, ``backends.sharded``); ``[]`` for any other backend."""
+    if not (generation.startswith("sharded(") and generation.endswith(")")):
+        return []
+    return generation[len("sharded(") : -1].split("; ")
 
 
 def describe_fusion(fusion: FusionSpec) -> str:

@@ -92,7 +92,7 @@ def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps:
     for g in gaps:
         if g.kind is GapKind.RESOURCE_LIMITED:
             coverage, closure = weakest(coverage, SearchCoverage.PARTIAL_BACKEND), SupportClosure.RESOURCE_LIMITED
-        elif g.kind is GapKind.UNINDEXED_ROWS_SKIPPED:
+        elif g.kind in (GapKind.UNINDEXED_ROWS_SKIPPED, GapKind.SHARD_UNAVAILABLE):
             coverage = weakest(coverage, SearchCoverage.PARTIAL_BACKEND)
             closure = weakest_closure(closure, SupportClosure.PARTIAL)
         elif g.kind is GapKind.POSTFILTER_ONLY_FILTER:

@@ -191,6 +191,13 @@ class Gap(Record):
     backend: str | None = None
     detail: str
     severity: GapSeverity = GapSeverity.SHORTFALL
+    covered_fraction: Annotated[CanonicalFloat, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="shard_unavailable: the fraction of the sharded instance's documents (chunks) the answer "
+        "searched, documents in the shards that answered / documents in the instance; absent on other gaps.",
+    )
+    """Left out of a gap's JSON when unset, so gaps without it keep their bytes and fingerprints."""
 
 
 class ScanResult(Record):
