@@ -39,12 +39,19 @@ class Estimate(Record):
     """
 
     rows: int
+    """The rows the backend holds (from its statistics, or the prior)."""
     selectivity: CanonicalFloat
+    """The fraction of rows the pushed filters are expected to keep."""
     candidates: CanonicalFloat
+    """The candidates the scan is expected to touch."""
     cost_ms: CanonicalFloat
+    """The expected cost, in milliseconds."""
     basis: str
+    """Where the row count and the selectivity came from (measured statistics or contract priors)."""
     access: str = ""
+    """How the candidates follow from the rows and the selectivity."""
     latency: str = ""
+    """Where the base latency came from."""
 
 
 def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> tuple[float, str]:

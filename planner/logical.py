@@ -42,30 +42,48 @@ MAX_NODES_CEILING = 4096
 
 class Budget(Record):
     deadline_ms: Annotated[int, Field(ge=1, le=600_000)] = 10_000
+    """The whole plan's deadline, in milliseconds; legs still running then are cancelled (``cancelled`` gaps)."""
     leg_timeout_ms: Annotated[int, Field(ge=1, le=600_000)] = 5_000
+    """Each leg's own deadline, in milliseconds (``timeout`` gap when it passes)."""
     max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES_CEILING)] = 256
+    """The most obligations and operators the plan may have; a larger plan is refused as bad input."""
     max_alternatives_per_group: Annotated[int, Field(ge=1, le=64)] = 8
+    """The most physical alternatives the optimizer keeps for one memo group; the rest are pruned and explained."""
     max_memo_alternatives: Annotated[int, Field(ge=1, le=100_000)] = 4096
+    """The most alternatives in the whole memo."""
     max_concurrency_per_backend: Annotated[int, Field(ge=1, le=256)] = 8
+    """The most legs one backend serves at once."""
 
 
 class Generations(Record):
     """The caller's generations; each one enters every plan and cache fingerprint (I6)."""
 
     identity: str = "0"
+    """The caller's generation of entity identity (what ids mean)."""
     source_dependence: str = "0"
+    """The caller's generation of source-dependence lineage (which sources derive from which)."""
     freshness: str = "0"
+    """The caller's generation of freshness facts (what supersedes what)."""
     authority: str = "0"
+    """The caller's generation of source authority."""
 
 
 class LogicalPlan(Record):
     schema_version: Literal["race.plan/1"]
+    """Always ``race.plan/1``."""
     obligations: Annotated[tuple[Obligation, ...], Field(min_length=1)]
+    """The retrieval obligations: the plan's leaves."""
     operators: tuple[Operator, ...] = ()
+    """The operators that compose obligations and other operators."""
     root: NodeId
+    """The id of the node whose answer is the plan's answer."""
     budget: Budget = Budget()
+    """The plan's deadlines and size bounds."""
     generations: Generations = Generations()
+    """The caller's generations; each enters every plan and cache fingerprint (I6)."""
     contracts: dict[str, str] = Field(default_factory=dict)
+    """Version ranges pinned per contract id (npm semantics, e.g. ``{"tantivy.bm25": "^1.0"}``); no version in range
+    fails closed."""
 
     @model_validator(mode="after")
     def _bounded(self) -> LogicalPlan:

@@ -40,10 +40,16 @@ LossKind = Literal["pushed_exact", "pushed_ann", "residual_postfilter", "impossi
 
 class FilterLoss(Record):
     field: str
+    """The field filtered on."""
     filter: str
+    """The filter, as text."""
     translation: LossKind
+    """How the contract applies it: ``pushed_exact``, ``pushed_ann`` (inside an approximate index),
+    ``residual_postfilter`` (after ranking) or ``impossible``."""
     recall: CanonicalFloat | None = None
+    """``pushed_ann``: the recall the contract measured with this filter."""
     detail: str
+    """What the translation loses, in words."""
 
 
 class Match(Record):

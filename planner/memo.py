@@ -30,37 +30,61 @@ class Alternative(Record):
     """
 
     rule: str
+    """The rule that made the alternative."""
     rsc: str = ""
+    """The contract it would scan, ``rsc_id@version`` (empty for operators)."""
     strategy: Strategy | None = None
+    """The strategy it serves the query class with."""
     cost: CanonicalFloat
+    """The expected cost, in milliseconds."""
     reach: SearchCoverage
+    """The best search coverage it can reach."""
     losses: tuple[FilterLoss, ...] = ()
+    """What each hard filter loses in translation."""
     model_calls: int = 0
+    """The embedding-model calls it makes."""
     eligible: bool
+    """Whether it may serve the group at all (egress, filters, query class, pinned versions)."""
     chosen: bool = False
+    """Whether the optimizer chose it."""
     rejected_because: tuple[str, ...] = ()
+    """Why it was not chosen or not eligible, one reason each."""
     early_stop: EarlyStopVerdict | None = None
+    """Whether a union over it may stop early (I9), and why."""
     estimate: Estimate | None = None
+    """How a scan's cost was reached: rows, selectivity and their basis."""
     revision: str | None = None
+    """What a physical revision changed, recorded in the explain's ``revisions`` when the alternative is chosen."""
     # The implementation lives in the physical tree; the memo lists what was weighed, so the
     # field is never serialized and need not be stripped from each alternative.
     implementation: PhysicalNode | None = Field(default=None, exclude=True)
+    """The physical node the alternative stands for; never serialized (the chosen one is in ``physical``)."""
 
 
 class Group(Record):
     id: int
+    """The memo group's number."""
     logical: str
+    """The logical node (obligation or operator id) the group serves."""
     kind: str
+    """The node's kind (an obligation kind or an operator)."""
     required: SearchCoverage
+    """The search coverage the node requires."""
     alternatives: tuple[Alternative, ...]
+    """The physical alternatives weighed, the chosen one marked."""
     pruned: tuple[str, ...] = ()
+    """The alternatives cut by the memo bounds, each with the bound."""
 
 
 class Revision(Record):
     group: int
+    """The memo group the revision changed."""
     logical: str
+    """The logical node of that group."""
     rule: str
+    """The rule that made the revision."""
     detail: str
+    """What it changed."""
 
 
 @dataclass

@@ -35,31 +35,52 @@ EXPLAIN_SCHEMA_VERSION = "race.explain/1"
 
 class Fingerprints(Record):
     plan: str
+    """The plan fingerprint (I6): the logical plan, the contracts, their backends' generations and the caller's; with
+    ``physical``, the key a receipt is cached under."""
     logical: str
+    """The fingerprint of the logical plan's canonical form."""
     contracts: str
+    """The fingerprint of the contracts the plan could use (id, version, translator)."""
     backends: dict[str, str]
+    """Each backend's generation the plan was made at."""
     caller: str
+    """The fingerprint of the caller's generations."""
     physical: str
+    """The fingerprint of the chosen physical plan."""
     statistics: str
+    """The fingerprint of the statistics the plan was costed with."""
 
 
 class Bounds(Record):
     groups: int
+    """The memo groups (one per logical node)."""
     alternatives: int
+    """The alternatives kept in the memo."""
     max_alternatives_per_group: int
+    """The plan's bound on alternatives per group."""
     max_memo_alternatives: int
+    """The plan's bound on alternatives in the memo."""
     pruned: int
+    """How many alternatives the bounds cut."""
     memo_limited: tuple[str, ...] = ()
+    """The nodes where the memo-wide bound, not the per-group one, cut alternatives."""
 
 
 class Explain(Record):
     schema_version: str = EXPLAIN_SCHEMA_VERSION
+    """Always ``race.explain/1``."""
     fingerprints: Fingerprints
+    """What the plan was made from."""
     contracts: tuple[str, ...]
+    """The contracts the plan could use, ``rsc_id@version``."""
     groups: tuple[Group, ...]
+    """The memo: one group per logical node with every alternative weighed."""
     physical: PhysicalNode
+    """The chosen physical plan, from the root."""
     revisions: tuple[Revision, ...] = ()
+    """What physical revisions changed after the first choice."""
     bounds: Bounds
+    """The memo's size and what its bounds cut."""
 
 
 def plan_fingerprint(

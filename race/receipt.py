@@ -33,107 +33,175 @@ RECEIPT_SCHEMA_VERSION = "race.receipt/1"
 
 class Lineage(Record):
     id: str
+    """The run's lineage id: a live run that fetched or retained responses is its own lineage, named by the plan
+    fingerprint and the responses' digests."""
     mode: Literal["live", "replay"]
+    """``live`` for a run, ``replay`` for a replay of retained responses."""
     parent: str | None = None
+    """A replay's lineage: the live run it reproduced."""
 
 
 class ReceiptFingerprints(Record):
     plan: str
+    """The plan fingerprint (I6), as in the explain."""
     physical: str
+    """The fingerprint of the physical plan that ran."""
     contracts: str
+    """The fingerprint of the contracts the plan could use."""
     backends: dict[str, str]
+    """Each backend's generation the run read."""
     caller: str
+    """The fingerprint of the caller's generations."""
     evidence: str = ""
+    """The fingerprint of the normalized receipt (everything but lineage, retained and operational); replay reproduces
+    it (I8)."""
 
 
 class ObligationReceipt(Record):
     id: str
+    """The obligation's id in the plan."""
     kind: ObligationKind
+    """The obligation's kind."""
     status: ObligationStatus
+    """``satisfied``, ``partial`` (found some, with shortfalls), ``unsatisfied`` or ``not_attempted`` (a cascade or
+    fallback stage not needed, or a leg never run)."""
     required_coverage: SearchCoverage
+    """The search coverage the plan required."""
     search_coverage: SearchCoverage
+    """The search coverage the run reached; never better than the weakest leg."""
     support_closure: SupportClosure
+    """Whether the support found is ``closed``, ``partial``, ``stale`` or ``resource_limited``."""
     model_calls: int
+    """The embedding-model calls the obligation's legs made."""
     mandatory: bool
+    """Whether the plan marked it mandatory: a mandatory obligation not satisfied makes ``race run`` exit 3."""
     served_by: tuple[str, ...] = ()
+    """The contracts that served it, ``rsc_id@version``."""
     evidence_count: int = 0
+    """How many evidence items it contributed."""
     gaps: tuple[Gap, ...] = ()
+    """What is missing or uncertain in its answer."""
 
 
 class OperatorReceipt(Record):
     id: str
+    """The operator's id in the plan."""
     op: OperatorKind
+    """The operator."""
     status: ObligationStatus
+    """The operator's status, on the obligations' scale."""
     search_coverage: SearchCoverage
+    """The search coverage of its answer; never better than its weakest required input."""
     support_closure: SupportClosure
+    """The support closure of its answer."""
     opposition_coverage: SearchCoverage | None = None
+    """``oppose``: the search coverage of the refutation side."""
     independent_origins: tuple[str, ...] | None = None
+    """``corroborate``: the independent origins counted."""
     origin_rule: str | None = None
     """corroborate: which evidence brought the origins it counted (I13, I16)."""
     early_stop: str
+    """Whether the operator stopped early (I9), and why or why not."""
     gaps: tuple[Gap, ...] = ()
+    """What is missing or uncertain in its answer."""
 
 
 class Fusion(Record):
     """How an item's position was chosen: selection provenance, never warrant (I11)."""
 
     method: Literal["rrf", "score_sum", "single"]
+    """``rrf``, ``score_sum``, or ``single`` (one input: its own order)."""
     node: str = ""
     """The physical node that chose this position (an obligation, a hybrid leaf or an operator)."""
     k: int | None = None
+    """``rrf``: the constant added to each rank."""
     ranks: dict[str, int] = Field(default_factory=dict)
+    """The item's 1-based rank in each input, by ``<node>/<rsc>``."""
     similarities: dict[str, CanonicalFloat] = Field(default_factory=dict)
     """score_sum: each input's calibrated similarity of the item (the floor where it cannot
     hold it); ranks name the inputs whose sorted access reached it."""
     score: CanonicalFloat | None = None
+    """The fused score the position was chosen by."""
     tie_break: Literal["key"] = "key"
+    """Ties are broken by the evidence key."""
     inputs: tuple[Fusion, ...] = ()
     """The fusions the inputs had made of this item, in input order: every level is kept."""
 
 
 class EvidenceItem(Record):
     key: str
+    """The evidence unit's key (``chunk:<chunk_id>``, ...); one item per key."""
     rank: int
+    """The item's position in the root's answer (1 is first)."""
     status: EvidenceStatus
+    """What the evidence is: retrieved, a candidate fact or refutation, corroborated, conflicting, stale, ..."""
     obligations: tuple[str, ...]
+    """The obligations whose legs found it."""
     origin: str | None = None
+    """Its origin component in the source-dependence lineage, where the graph gives one."""
     relations: tuple[str, ...] = ()
+    """The relations a ``join`` reached it through (``<relation> -> <target>``)."""
     hits: tuple[Hit, ...]
+    """Every backend hit on it, each with its custody."""
     fusion: Fusion
+    """How its position was chosen."""
 
 
 class CoverageSummary(Record):
     search_coverage: SearchCoverage
+    """The root's search coverage."""
     support_closure: SupportClosure
+    """The root's support closure."""
     opposition_coverage: SearchCoverage | None = None
+    """The refutation side's search coverage, where the plan opposes."""
     statuses: dict[str, int]
+    """How many obligations ended in each status."""
 
 
 class Operational(Record):
     """Timing, call and cache counts: excluded from the normalized bytes and their fingerprint."""
 
     wall_ms: CanonicalFloat = 0.0
+    """The run's wall time, in milliseconds."""
     plan_cache: Literal["hit", "miss", "none"] = "none"
+    """Whether the plan came from the plan cache."""
     receipt_cache: Literal["hit", "miss", "none"] = "none"
+    """Whether the whole receipt came from the receipt cache."""
     legs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Each leg's time, cache use, hit count and outcome."""
     calls: dict[str, int] = Field(default_factory=dict)
+    """Backend calls made, per backend."""
     result_cache: dict[str, int] = Field(default_factory=dict)
+    """Leg result cache hits and misses."""
     model_calls_made: int = 0
+    """Embedding-model calls actually made (cached query vectors are not counted)."""
     replayed_artifacts: int = 0
+    """Retained responses a replay read."""
 
 
 class Receipt(Record):
     schema_version: str = RECEIPT_SCHEMA_VERSION
+    """Always ``race.receipt/1``."""
     lineage: Lineage
+    """Which run this is, live or replayed."""
     fingerprints: ReceiptFingerprints
+    """What the run was made from."""
     models: tuple[dict[str, str | int], ...] = ()
+    """The embedding models of the backends (name, dims, weights sha256)."""
     obligations: tuple[ObligationReceipt, ...]
+    """Every obligation's outcome, in plan order."""
     operators: tuple[OperatorReceipt, ...] = ()
+    """Every operator's outcome, in plan order."""
     evidence: tuple[EvidenceItem, ...]
+    """The root's answer: evidence items in rank order."""
     coverage: CoverageSummary
+    """The root's coverage and the count of obligation statuses."""
     gaps: tuple[Gap, ...]
+    """Every gap of every obligation and operator."""
     retained: tuple[str, ...] = ()
+    """The digests of the responses retained for replay (``--retain``)."""
     operational: Operational = Operational()
+    """Timing, call and cache counts; not part of the normalized receipt."""
 
     def normalized(self) -> dict[str, Any]:
         data: dict[str, Any] = canonical_data(self, exclude=_NOT_NORMALIZED)

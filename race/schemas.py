@@ -5,10 +5,18 @@ fixtures validate against them)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import sys
+import textwrap
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic.json_schema import JsonSchemaValue
+    from pydantic_core import core_schema
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DOCUMENTS = ("plan", "rsc", "receipt", "explain")
@@ -30,7 +38,52 @@ def document_schema(document: str) -> dict[str, Any]:
         "explain": (Explain, EXPLAIN_SCHEMA_VERSION),
     }
     model, version = models[document]
-    return {"$schema": JSON_SCHEMA_DIALECT, "$id": f"urn:race:{version}", **model.model_json_schema()}
+    schema = model.model_json_schema(schema_generator=_described())
+    return {"$schema": JSON_SCHEMA_DIALECT, "$id": f"urn:race:{version}", **schema}
+
+
+@cache
+def attribute_docs(cls: type) -> dict[str, str]:
+    """The docstrings of a class's attributes (a string literal right under ``field: T``), its
+    bases' first, each as one paragraph with markdown's single backticks: what a property's
+    ``description`` is made of. They are read from the source, so importing a model costs
+    nothing for them."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.split(".")[0] not in ("rsc", "planner", "race", "backends"):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for statement, following in zip(body.body, body.body[1:], strict=False):
+            target = getattr(statement, "target", None) if isinstance(statement, ast.AnnAssign) else None
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                target = statement.targets[0]
+            value = following.value if isinstance(following, ast.Expr) else None
+            if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docs[target.id] = " ".join(inspect.cleandoc(value.value).split()).replace("``", "`")
+    return docs
+
+
+def _described() -> type[Any]:
+    """pydantic's JSON Schema generator, with each model property described by its attribute
+    docstring (a ``Field(description=…)`` wins)."""
+    from pydantic import BaseModel
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class Described(GenerateJsonSchema):
+        def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+            json_schema = super().model_schema(schema)
+            cls = schema["cls"]
+            assert issubclass(cls, BaseModel)
+            docs = attribute_docs(cls)
+            properties = json_schema.get("properties", {})
+            for name, field in cls.model_fields.items():
+                key = field.serialization_alias or field.alias or name
+                if key in properties and name in docs:
+                    properties[key].setdefault("description", docs[name])
+            return json_schema
+
+    return Described
 
 
 def schema_text(document: str) -> str:

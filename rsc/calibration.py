@@ -49,21 +49,33 @@ class RecallBucket(Record):
     """Recall@k measured over ``queries`` sampled queries whose filter fell in this bucket."""
 
     bucket: str
+    """The selectivity bucket (``unfiltered``, ``<0.1%``, ``0.1-1%``, ``1-10%``, ``10-50%``, ``>50%``) or a field
+    value's label."""
     queries: Annotated[int, Field(ge=1)]
+    """How many sampled queries fell in the bucket."""
     mean_recall: CanonicalFloat
+    """The mean recall@k over them."""
     lower_bound: CanonicalFloat
     """One-sided lower confidence bound of the mean recall (seeded bootstrap)."""
 
 
 class Calibration(Record):
     schema_version: str = CALIBRATION_SCHEMA_VERSION
+    """Always ``race.calibration/1``."""
     rsc_id: str
+    """The approximate contract measured."""
     rsc_version: str
+    """That contract's version."""
     k: Annotated[int, Field(ge=1)]
+    """The k recall was measured at."""
     confidence: Annotated[CanonicalFloat, Field(gt=0.0, lt=1.0)] = 0.95
+    """The confidence level of the lower bounds (0.95 by default)."""
     seed: int
+    """The seed the query sample was drawn with, so the measurement can be repeated."""
     rows: Annotated[int, Field(ge=0)]
+    """The rows of the index at the generation measured."""
     unfiltered: RecallBucket | None = None
+    """The recall of queries without a filter."""
     buckets: tuple[RecallBucket, ...] = ()
     """Per selectivity bucket, over every filtered query."""
     fields: dict[str, tuple[RecallBucket, ...]] = Field(default_factory=dict)

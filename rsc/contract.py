@@ -36,9 +36,15 @@ class FilterSupport(Record):
     """How one metadata field can be filtered by this contract's backend (I4)."""
 
     support: FilterSupportClass
+    """How the field is filtered: natively before ranking and exactly (``native_prefilter_exact``), inside an
+    approximate index (``native_filtered_ann``), only after ranking (``postfilter_only``), or not at all
+    (``unsupported``)."""
     ops: tuple[FilterOp, ...] = (FilterOp.EQ, FilterOp.IN)
+    """The filter operations supported on the field."""
     profile: str | None = None
+    """``native_filtered_ann``: the index configuration the recall was measured under."""
     recall: Annotated[CanonicalFloat, Field(gt=0.0, le=1.0)] | None = None
+    """``native_filtered_ann``: the recall measured with the filter applied."""
 
     @model_validator(mode="after")
     def _ann_needs_recall(self) -> FilterSupport:
@@ -49,8 +55,13 @@ class FilterSupport(Record):
 
 class CoverageSpec(Record):
     claim: CoverageClaim
+    """What an answer covers: the exact top k (``exhaustive_topk``), the whole matching set (``exhaustive_set``) or an
+    approximation (``approximate``, with ``recall``)."""
     recall: Annotated[CanonicalFloat, Field(gt=0.0, le=1.0)] | None = None
+    """``approximate``: the recall measured on the index."""
     reach: SearchCoverage | None = None
+    """The best search coverage a scan can report, when it differs from what ``claim`` implies (e.g.
+    ``bounded_structural``)."""
 
     @model_validator(mode="after")
     def _approx_needs_recall(self) -> CoverageSpec:
@@ -69,8 +80,11 @@ class CoverageSpec(Record):
 
 class SnapshotSpec(Record):
     semantics: Literal["generation", "live"] = "generation"
+    """``generation``: answers are read at one index generation; ``live``: reads see the latest state."""
     generation_fields: tuple[str, ...] = ()
+    """What the backend's generation string is made of."""
     freshness: str = "as of the index generation"
+    """What the answers are current as of, in words."""
 
 
 class EarlyStopSpec(Record):
@@ -82,43 +96,70 @@ class EarlyStopSpec(Record):
     """
 
     sorted_access: bool = False
+    """The backend returns the exact top d of its score for any depth d."""
     random_access: bool = False
+    """The backend scores given evidence keys exactly, independently of the other keys asked for."""
 
 
 class CostHints(Record):
     """Priors for the cost model, replaced by measured statistics when there are any (I2)."""
 
     base_latency_ms: Annotated[CanonicalFloat, Field(ge=0.0)] = 1.0
+    """The prior for a call's fixed latency, in milliseconds."""
     per_candidate_us: Annotated[CanonicalFloat, Field(ge=0.0)] = 1.0
+    """The prior for each candidate's cost, in microseconds."""
 
 
 class Contract(Record):
     schema_version: Literal["race.rsc/1"]
+    """Always ``race.rsc/1``."""
     rsc_id: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")]
+    """The contract's id, ``<backend>.<capability>`` (e.g. ``tantivy.bm25``)."""
     version: str
+    """The contract's semver version; a plan may pin a range."""
     backend: Annotated[str, Field(min_length=1)]
+    """The backend the contract describes."""
     mode: Annotated[str, Field(min_length=1)]
+    """The backend's access mode the contract is served by."""
     translator_version: str
+    """The version of the code that translates obligations for this contract; part of the plan's fingerprint."""
     description: str = ""
+    """What the capability does, in words."""
     query_classes: tuple[QueryClass, ...]
+    """The query classes the contract may serve."""
     obligation_kinds: tuple[ObligationKind, ...] = tuple(ObligationKind)
+    """The obligation kinds the contract may serve."""
     query_parts: tuple[Literal["text", "ids", "entities"], ...]
+    """Which parts of a query the backend reads (``text``, ``ids``, ``entities``)."""
     ordering: Literal["score_desc", "distance_asc", "hops_asc", "key_asc"]
+    """The order hits come in: by score, by distance, by hops or by key."""
     score_kind: ScoreKind
+    """What the native scores measure."""
     score_calibration: Annotated[str, Field(min_length=1)] | None = None
     """Contracts that name the same calibration score on one scale, whatever the query, so
     their scores may be added (I11); without one, scores fuse only by rank (RRF)."""
     coverage: CoverageSpec
+    """What an answer covers."""
     filters: dict[str, FilterSupport]
+    """Per metadata field, how it can be filtered (I4); a field not named cannot be filtered."""
     identity_domain: str
+    """What a hit identifies (``chunk``, ``document``, ``node``)."""
     source_domain: str
+    """Where the answers come from, in words."""
     provenance_fields: tuple[str, ...] = ()
+    """The custody fields every hit carries."""
     threat_claims: tuple[str, ...] = ()
+    """What the backend guarantees against adversarial input, in words."""
     egress: ContractEgress
+    """Whether calls stay on this machine (``local``) or leave it (``remote``)."""
     model_calls: Annotated[int, Field(ge=0)]
+    """The embedding-model calls a scan makes."""
     snapshot: SnapshotSpec
+    """How answers relate to index generations."""
     early_stop: EarlyStopSpec
+    """The access a threshold-algorithm early stop needs (I9)."""
     cost: CostHints = CostHints()
+    """Priors for the cost model, replaced by measured statistics where there are some (I2)."""
     calibration: Calibration | None = None
     """Approximate contracts: recall measured on the index this contract describes."""
 
