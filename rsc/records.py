@@ -43,11 +43,17 @@ class Filter(Record):
     """A typed filter on one metadata field. Text can never produce one (I14)."""
 
     field: Annotated[str, Field(min_length=1)]
+    """The metadata field filtered on, as the corpus schema names it."""
     op: FilterOp = FilterOp.EQ
+    """``eq`` (needs ``value``), ``in`` (needs non-empty ``values``) or ``range`` (needs ``gte`` and/or ``lte``)."""
     value: Scalar | None = None
+    """The value an ``eq`` filter matches."""
     values: tuple[Scalar, ...] = ()
+    """The values an ``in`` filter matches (any one of them)."""
     gte: Scalar | None = None
+    """``range``: the inclusive lower bound (a date as ``YYYY-MM-DD``, a number), if any."""
     lte: Scalar | None = None
+    """``range``: the inclusive upper bound, if any."""
 
     @model_validator(mode="after")
     def _shape(self) -> Filter:
@@ -90,16 +96,24 @@ class GraphPattern(Record):
     """A structural query: neighbours or a bounded traversal from the query's entities."""
 
     relations: tuple[str, ...] = ()
+    """The edge relations to follow (e.g. ``mentions``, ``cites``); empty follows every relation."""
     direction: Literal["out", "in", "both"] = "out"
+    """Which edges to follow from a node: outgoing (``out``), incoming (``in``) or ``both``."""
     depth: Annotated[int, Field(ge=1, le=8)] = 1
+    """How many hops the traversal goes from the query's entities (1 to 8)."""
     node_budget: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """The most nodes the traversal may visit; reaching it ends the traversal with a ``resource_limited`` gap."""
 
 
 class Query(Record):
     text: str | None = None
+    """The query text; data only, it never becomes a filter, boost or pin (I14)."""
     ids: tuple[str, ...] = ()
+    """Chunk or document ids looked up exactly (identifier legs)."""
     entities: tuple[str, ...] = ()
+    """Graph node ids a structural or dependency leg starts from."""
     pattern: GraphPattern | None = None
+    """The traversal a graph leg runs from ``entities``."""
 
     @model_validator(mode="after")
     def _non_empty(self) -> Query:
@@ -122,15 +136,25 @@ class ScanRequest(Record):
     """One obligation translated for one contract: what the adapter is asked to do."""
 
     obligation: str
+    """The id of the obligation this request serves."""
     rsc_id: str
+    """The contract the request was translated for."""
     rsc_version: str
+    """That contract's version."""
     backend: str
+    """The backend that answers it."""
     mode: str
+    """The contract's access mode on that backend (e.g. ``bm25``, ``vector_ann_prefilter``)."""
     query: Query
+    """The obligation's query, as the backend receives it."""
     k: Annotated[int, Field(ge=1, le=100_000_000)]
+    """How many hits are asked for."""
     pushed: tuple[Filter, ...] = ()
+    """The hard filters the backend applies natively, before ranking."""
     residual: tuple[Filter, ...] = ()
+    """The filters the runtime applies to the backend's hits afterwards (post-filters)."""
     params: dict[str, Scalar] = Field(default_factory=dict)
+    """Mode parameters the translation chose (e.g. ``nprobes``, the rows a random access asks for)."""
 
 
 class ExpectedRecall(Record):
@@ -140,32 +164,54 @@ class ExpectedRecall(Record):
     recall: Annotated[CanonicalFloat, Field(ge=0.0, le=1.0)] | None
     """``None``: the bucket was not measured, so nothing is promised."""
     bucket: str
+    """The selectivity bucket the request's filters fell in (``unfiltered``, ``<0.1%``, ... ``>50%``)."""
     queries: Annotated[int, Field(ge=0)]
+    """How many sampled queries the bucket's recall was measured with (0: not measured)."""
     k: Annotated[int, Field(ge=1)]
+    """The k the recall was measured at."""
     calibration: str
+    """The fingerprint of the calibration the figure comes from."""
 
 
 class Custody(Record):
     """Where a hit came from, precisely enough to check it by hand."""
 
     source_path: str
+    """The source file, relative to the corpus root; ``null`` where the source has none (see ``absent``)."""
     line_start: int
+    """The first line of the chunk in the source file (1-based)."""
     line_end: int
+    """The last line of the chunk in the source file (inclusive)."""
     char_start: int | None = None
+    """The chunk's first character offset in the source file, where known."""
     char_end: int | None = None
+    """The offset just past the chunk's last character, where known."""
     source_hash: str
+    """``sha256:<hex>`` of the source file's bytes as indexed; a citation holds while it matches."""
     chunk_id: str
+    """The chunk's id (``<doc_id>#<n>``)."""
     corpus_revision: str
+    """The revision of the corpus the index was built from."""
     index_identity: str
+    """Which index answered (backend and corpus revision)."""
     index_generation: str
+    """The index generation the hit was read at."""
     backend: str
+    """The backend that returned the hit."""
     rsc: str
+    """The contract the hit was served under, ``rsc_id@version``."""
     request: str
+    """The fingerprint of the translated request that returned it."""
     filters_pushed: tuple[str, ...] = ()
+    """The filters the backend applied natively, as text."""
     filters_residual: tuple[str, ...] = ()
+    """The filters the runtime applied afterwards, as text."""
     rank: Annotated[int, Field(ge=1)]
+    """The hit's rank in its backend's answer (1 is first)."""
     score: CanonicalFloat
+    """The backend's native score (see ``score_kind``); not a warrant (I11)."""
     score_kind: ScoreKind
+    """What ``score`` measures (``bm25``, ``cosine_distance``, ``hops``, ...) and so which way is better."""
     access: Literal["sorted", "random"] = "sorted"
     """``random``: the hit answers a random access (the request named its rows by identity), so
     ``rank`` orders that answer only, not the input's ranking; the score is exact all the same."""
@@ -177,20 +223,33 @@ class Hit(Record):
     """One backend's answer about one evidence unit. Score is not warrant (I11)."""
 
     key: str
+    """The evidence unit's key (``chunk:<chunk_id>``, ``doc:<doc_id>``, ``node:<id>``); hits with one key are one unit.
+    """
     doc_id: str
+    """The document the hit belongs to."""
     chunk_id: str
+    """The chunk the hit is."""
     title: str = ""
+    """The document's title."""
     text: str = ""
+    """The chunk's text."""
     metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    """The document's metadata (date, doc_type, ...) as the corpus schema types it."""
     custody: Custody
+    """Where the hit came from."""
 
 
 class Gap(Record):
     kind: GapKind
+    """What is missing or uncertain; the reference lists when each kind occurs."""
     obligation: str
+    """The obligation (or operator) the gap belongs to."""
     backend: str | None = None
+    """The backend involved, if one is."""
     detail: str
+    """One line saying what happened, naming the contract, filter or bound."""
     severity: GapSeverity = GapSeverity.SHORTFALL
+    """``shortfall`` keeps the obligation from ``satisfied``; ``caveat`` only qualifies it."""
     covered_fraction: Annotated[CanonicalFloat, Field(ge=0.0, le=1.0)] | None = Field(
         default=None,
         exclude_if=lambda value: value is None,
