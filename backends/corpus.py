@@ -26,6 +26,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from backends.chunking import TokenCounter, fit, sections
+from backends.corpus_files import corpus_files, jsonl_lines, read_document
 from backends.schema import CorpusSchema, default_schema, load_schema
 from rsc import CorpusError, Record, fingerprint, first_validation_error
 from rsc.records import MetadataValue
@@ -37,6 +38,7 @@ EDGE_RELATIONS: tuple[str, ...] = ("cites", "supersedes", "derived_from", "menti
 """The relations of the default schema."""
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+~-]*$")
+
 
 class Chunk(Record):
     chunk_id: str
@@ -140,8 +142,6 @@ def parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], di
     return data, key_lines, close + 1
 
 
-
-
 def chunk_document(
     *,
     doc_id: str,
@@ -192,18 +192,13 @@ def chunk_document(
 
 
 def _load_folder(root: Path, schema: CorpusSchema, chunking: Chunking) -> list[Chunk]:
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".md", ".txt"))
-    files = [p for p in files if p.name.lower() != "readme.md" or p.parent != root]
+    files = [p for p in corpus_files(root) if p.name.lower() != "readme.md" or p.parent != root]
     chunks: list[Chunk] = []
     seen: dict[str, str] = {}
     own = frozenset({schema.id_field, schema.title_field})
     for path in files:
         rel = path.relative_to(root).as_posix()
-        data = path.read_bytes()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorpusError(f"not UTF-8 text (byte {exc.start})", where=rel) from exc
+        data, text = read_document(path, rel)
         markdown = path.suffix == ".md"
         lines = text.splitlines(keepends=True)
         front, key_lines, body_start = parse_front_matter(lines, rel) if markdown else ({}, {}, 0)
@@ -268,11 +263,7 @@ def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking) 
 
 
 def _jsonl(path: Path) -> Iterable[tuple[int, dict[str, object]]]:
-    try:
-        content = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"not UTF-8 text (byte {exc.start})", where=path.name) from exc
-    for lineno, line in enumerate(content.splitlines(), start=1):
+    for lineno, line in jsonl_lines(path):
         if not line.strip():
             continue
         try:
