@@ -118,7 +118,7 @@ def _merge(
     expected = request_fingerprint(inner)
     name = request.backend
     gaps: list[Gap] = []
-    pool: list[tuple[tuple[float | str, ...], int, Hit]] = []
+    pool: list[tuple[tuple[float | str, ...], int, str, Hit]] = []
     failed: list[tuple[Shard, _Failure]] = []
     for shard, answer in zip(shards, answers, strict=True):
         if isinstance(answer, _Failure):
@@ -130,7 +130,7 @@ def _merge(
             if c.request != expected or c.rsc != inner_ref or c.backend != inner.backend:
                 foreign += 1
                 continue
-            pool.append((order_key(ordering, hit), len(pool), _relabel(hit, request, shard.label)))
+            pool.append((order_key(ordering, hit), len(pool), shard.label, hit))
         if foreign:
             why = f"{ref}: shard {shard.label}: dropped {foreign} hits whose custody does not name the shard request"
             gaps.append(_gap(request, GapKind.BACKEND_ERROR, why))
@@ -138,17 +138,15 @@ def _merge(
             g.model_copy(update={"backend": name, "detail": f"shard {shard.label}: {g.detail}"}) for g in answer.gaps
         ]
     pool.sort(key=lambda p: (p[0], p[1]))
-    merged: list[Hit] = []
+    merged: list[tuple[str, Hit]] = []
     seen: set[str] = set()
-    for _, _, hit in pool:
+    for _, _, label, hit in pool:
         if hit.key not in seen:
             seen.add(hit.key)
-            merged.append(hit)
+            merged.append((label, hit))
     cut = merged[: request.k]
-    hits = tuple(
-        h.model_copy(update={"custody": h.custody.model_copy(update={"rank": rank})})
-        for rank, h in enumerate(cut, start=1)
-    )
+    shared = {"backend": name, "rsc": ref, "request": request_fingerprint(request)}
+    hits = tuple(_relabel(hit, label, rank, shared) for rank, (label, hit) in enumerate(cut, start=1))
     gaps += _unavailable(request, ref, shards, failed)
     answered = [a for a in answers if isinstance(a, ScanResult)]
     totals = [a.total_matches for a in answered]
@@ -166,16 +164,11 @@ def _merge(
     )
 
 
-def _relabel(hit: Hit, request: ScanRequest, label: str) -> Hit:
+def _relabel(hit: Hit, label: str, rank: int, shared: dict[str, str]) -> Hit:
+    """``hit`` as the instance's: its request, contract and backend, its merged rank, its shard."""
     c = hit.custody
-    custody = c.model_copy(
-        update={
-            "backend": request.backend,
-            "rsc": f"{request.rsc_id}@{request.rsc_version}",
-            "request": request_fingerprint(request),
-            "index_identity": f"{request.backend}/{label}:{c.index_identity}",
-        }
-    )
+    identity = f"{shared['backend']}/{label}:{c.index_identity}"
+    custody = c.model_copy(update={**shared, "rank": rank, "index_identity": identity})
     return hit.model_copy(update={"custody": custody})
 
 
