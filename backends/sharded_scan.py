@@ -132,7 +132,8 @@ def _merge(
                 continue
             pool.append((order_key(ordering, hit), len(pool), shard.label, hit))
         if foreign:
-            why = f"{ref}: shard {shard.label}: dropped {foreign} hits whose custody does not name the shard request"
+            hits_word = "hit" if foreign == 1 else "hits"
+            why = f"{ref}: shard {shard.label}: dropped {foreign} {hits_word} whose custody does not name its request"
             gaps.append(_gap(request, GapKind.BACKEND_ERROR, why))
         gaps += [
             g.model_copy(update={"backend": name, "detail": f"shard {shard.label}: {g.detail}"}) for g in answer.gaps

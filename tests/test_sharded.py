@@ -45,7 +45,7 @@ from rsc import (
     fingerprint,
 )
 from tests.conftest import FIXTURES
-from tests.faults.injector import FaultyAdapter, hang_async
+from tests.faults.injector import FaultyAdapter, hang_async, nth_call, raise_task, truncated_custody
 
 SPEC: dict[str, Any] = json.loads((FIXTURES / "sharded" / "instances.json").read_text())
 LICENSES = Path(SPEC["licenses"]["directory"])
@@ -468,3 +468,44 @@ def test_explain_shows_the_scatter_with_each_shard_generation(bm25: dict[str, Pa
     for label, shard in zip(labels, shards, strict=True):
         assert f"{label}={shard.generation()}" in text
     assert "scatter to 3 shards" in text
+
+
+async def test_a_partial_answer_is_not_cached_and_a_recovered_shard_answers_in_full(bm25: dict[str, Path]) -> None:
+    spec = SPEC["bm25"]
+    labels, killed = list(spec["shards"]), SPEC["killed"]
+    shards = _tantivy(bm25, labels)
+    i = labels.index(killed)
+    flaky = FaultyAdapter(
+        inner=shards[i], faults={"o": nth_call(1, raise_task(ConnectionResetError("shard restarting")))}
+    )
+    flaky.generated_contracts = shards[i].index_contracts()
+    shards[i] = flaky
+    engine = Engine({"shards": ShardedAdapter("shards", shards)})
+    plan = _plan(spec["queries"][0], spec["k"], allow="shards.tantivy.bm25")
+    first, second = await engine.run(plan), await engine.run(plan)
+    assert first.obligations[0].status is ObligationStatus.PARTIAL
+    assert second.obligations[0].status is ObligationStatus.SATISFIED
+    assert not second.gaps
+    whole = await Engine({"shards": ShardedAdapter("shards", _tantivy(bm25, labels))}).run(plan)
+    assert second.normalized_bytes() == whole.normalized_bytes()
+
+
+async def test_a_shard_hit_whose_custody_names_another_request_is_dropped_not_relabelled(
+    bm25: dict[str, Path],
+) -> None:
+    spec = SPEC["bm25"]
+    labels = list(spec["shards"])
+    shards = _tantivy(bm25, labels)
+    bad = FaultyAdapter(inner=shards[0], faults={"o": truncated_custody()})
+    bad.generated_contracts = shards[0].index_contracts()
+    sharded = ShardedAdapter("shards", [bad, *shards[1:]])
+    text = spec["queries"][0]
+    result = await sharded.scan(_request(_contract(sharded, "shards.tantivy.bm25"), text, spec["k"]))
+    (injected,) = bad.injected
+    assert injected.key not in {h.key for h in result.hits}
+    assert [g.kind for g in result.gaps] == [GapKind.BACKEND_ERROR]
+    assert "shard s0: dropped 1 hit whose custody does not name its request" in result.gaps[0].detail
+    # What is left is the exact merge of every other hit.
+    own = [p for s in _tantivy(bm25, labels) for p in _ranked(await _scan(s, "tantivy.bm25", text, spec["k"]))]
+    want = [p for p in _best_first(own, len(own), distance=False) if p[0] != injected.key][: spec["k"]]
+    assert _ranked(result.hits) == want
