@@ -4,8 +4,9 @@ A schema names the id, title and text fields of a document, every metadata field
 type (``keyword``, ``keyword[]``, ``date``, ``datetime``, ``integer``, ``float``,
 ``boolean``), whether plans may filter on it and which RACE roles it plays (``status``,
 ``date``, ``authority``), and the edge relations, an open set, each with the role it plays
-(``supersedes``, ``derived_from`` or ``none``). It lives beside the corpus as
-``schema.json`` or ``schema.toml`` (or ``<name>.schema.json`` beside a JSONL file).
+(``supersedes``, its inverse ``superseded_by``, ``derived_from`` or ``none``). It lives
+beside the corpus as ``schema.json`` or ``schema.toml`` (or ``<name>.schema.json`` beside a
+JSONL file).
 
 Values are validated and normalized once, at ingest (``backends.schema_values``): a date is
 a real calendar date written ``YYYY-MM-DD``; a datetime is an instant written in UTC as
@@ -52,6 +53,9 @@ class FieldRole(StrEnum):
 
 class RelationRole(StrEnum):
     SUPERSEDES = "supersedes"
+    """``src`` makes ``dst`` stale."""
+    SUPERSEDED_BY = "superseded_by"
+    """``src`` is made stale by ``dst`` (a ``replaced_by`` edge, old to new)."""
     DERIVED_FROM = "derived_from"
     NONE = "none"
 

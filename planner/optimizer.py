@@ -293,6 +293,7 @@ def compile_plan(
         chosen[node] = best = ctx.materialize(best)
         if ob is not None:
             kind = f"obligation {ob.kind.value} {ob.query_class.value}"
+            kind += f" collapse={ob.collapse}" if ob.collapse else ""
         else:
             kind = operator.op if operator is not None else "?"
         groups[node] = Group(

@@ -14,6 +14,7 @@ from planner import LogicalPlan, Obligation, OperatorNode, PhysicalNode, ScanNod
 from race.freshness import Lineage
 from race.legs import Answer, LegRunner
 from race.outcome import Outcome
+from race.roles import DEFAULT_ROLES, Roles
 
 _T = TypeVar("_T")
 
@@ -28,6 +29,8 @@ class RunContext:
     """The outcome of a physical node; a node read by several parents runs once."""
     skip: Callable[[PhysicalNode, str], None]
     """Note that the obligations under a node were not run by this parent, and why."""
+    roles: Roles = DEFAULT_ROLES
+    """The fields and relations the index's schema gives RACE's roles (staleness, origins)."""
 
     def obligation(self, node_id: str) -> Obligation:
         ob = self.plan.obligation(node_id)

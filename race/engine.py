@@ -25,6 +25,7 @@ from race.instances import known_contracts as known_contracts
 from race.instances import load_statistics as load_statistics
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import Operational, Receipt
+from race.roles import index_roles
 from race.snapshots import backends_read, pin_snapshots
 from rsc import Contract, GapKind, calibrated, most_specific
 
@@ -295,6 +296,7 @@ class Engine:
             early_stop=self.early_stop,
             contracts=self._contract_refs,
             deadline=deadline,
+            roles=index_roles(self.adapters.values()),
         )
         root = await executor.run()
         receipt = executor.receipt(root, models=self.models())
@@ -355,6 +357,7 @@ class Engine:
             lineage=session.relations(),
             early_stop=session.early_stop,
             contracts=self._contract_refs,
+            roles=recorded.roles,
         )
         root = await executor.run()
         replayed = session.finish(executor.receipt(root, models=session.models))

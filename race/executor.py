@@ -10,6 +10,7 @@ at the leg edge (``race.legs``): the run always ends with a receipt for every ob
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 
@@ -34,6 +35,7 @@ from race.receipt import (
     ReceiptFingerprints,
 )
 from race.receipt import Lineage as ReceiptLineage
+from race.roles import DEFAULT_ROLES, Roles
 from rsc import Contract, Gap, ObligationStatus, OperatorKind, fingerprint, weakest
 
 __all__ = ["Executor", "Lineage"]
@@ -52,6 +54,7 @@ class Executor:
         early_stop: bool = True,
         contracts: Mapping[str, Contract] | None = None,
         deadline: float | None = None,
+        roles: Roles | None = None,
     ) -> None:
         self.plan = plan
         self.explain = explain
@@ -69,6 +72,8 @@ class Executor:
         self._ctx = RunContext(
             plan=plan, legs=self._legs, lineage=lineage, early_stop=early_stop, evaluate=self._node, skip=self._skip
         )
+        if roles is not None:
+            self._ctx = dataclasses.replace(self._ctx, roles=roles)
         self.obligation_receipts: dict[str, ObligationReceipt] = {}
         self.operator_receipts: dict[str, OperatorReceipt] = {}
         self._done: dict[str, Outcome] = {}
@@ -115,6 +120,7 @@ class Executor:
                 relations=tuple(sorted(item.relations)),
                 hits=tuple(sorted(item.hits, key=lambda h: (h.custody.rsc, h.custody.request, h.custody.rank))),
                 fusion=item.fusion or Fusion(method="single"),
+                collapsed=item.collapsed,
             )
             for rank, item in enumerate(root.items, start=1)
         ]
@@ -146,6 +152,7 @@ class Executor:
                 statuses=statuses,
             ),
             gaps=sorted_gaps(gaps.values()),
+            roles=None if self._ctx.roles == DEFAULT_ROLES else self._ctx.roles,
         ).with_evidence_fingerprint()
 
     # -- nodes ------------------------------------------------------------------------------

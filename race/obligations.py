@@ -1,8 +1,9 @@
 """Leaves of the physical plan: one obligation answered by a scan, a hybrid or nothing.
 
 A leaf's outcome is its backend answers after residual filters, fused (a hybrid, RRF, cut to
-the obligation's ``k``), reordered by soft filters, checked for freshness and marked with the
-status its kind gives. Its receipt says how it was served and what it lacks (I3).
+the obligation's ``k``), reordered by soft filters, checked for freshness, marked with the
+status its kind gives and, with ``collapse``, one item per text or origin (``race.collapse``).
+Its receipt says how it was served and what it lacks (I3).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner import HybridNode, Obligation, ScanNode, UnsatisfiableNode
+from race.collapse import collapse, read_collapsed
 from race.context import RunContext
 from race.freshness import current_first, marked, stale_reasons
 from race.fusion import fuse
@@ -40,23 +42,36 @@ async def answer(node: LeafNode, ctx: RunContext) -> tuple[Outcome, ObligationRe
         outcome = Outcome(ob.id, (), SearchCoverage.UNKNOWN, SupportClosure.PARTIAL, tuple(node.gaps), failed=True)
         return outcome, receipt(ob, outcome, served_by=(), model_calls=0)
     legs: Sequence[ScanNode] = (node,) if isinstance(node, ScanNode) else node.legs
-    answers = await ctx.fetch_all([(leg, ob.id, f"{ob.id}/{leg.rsc}") for leg in legs])
-    outcome = leg_outcome(node, ob, answers[0]) if isinstance(node, ScanNode) else hybrid(node, ob, answers)
-    outcome = freshness(ob, soft_reorder(ob, outcome), ctx)
+    answers: Sequence[Answer] = await ctx.fetch_all([(leg, ob.id, f"{ob.id}/{leg.rsc}") for leg in legs])
+
+    def build(found: Sequence[Answer], top_k: int | None = ob.k) -> Outcome:
+        scan = leg_outcome(node, ob, found[0]) if isinstance(node, ScanNode) else hybrid(node, ob, found, top_k)
+        return soft_reorder(ob, scan)
+
+    groups: dict[str, str] | None = None
+    if ob.collapse is None:
+        outcome = build(answers)
+    else:
+        # Read as deep as it takes for k groups; collapse after freshness puts current copies first.
+        outcome, groups, answers = await read_collapsed(ob, legs, answers, lambda found: build(found, None), ctx)
+    outcome = freshness(ob, outcome, ctx)
     outcome = outcome.replace(items=tuple(with_kind_status(ob, i) for i in outcome.items))
+    if ob.collapse is not None and groups is not None:
+        outcome = collapse(outcome, ob.collapse, groups)
     served = tuple(leg.rsc for leg in legs)
     # The model calls of the legs that answered: what the receipt counts cannot depend on timing.
     calls = sum(leg.model_calls for leg, found in zip(legs, answers, strict=True) if found.result is not None)
     return outcome, receipt(ob, outcome, served_by=served, model_calls=calls)
 
 
-def hybrid(node: HybridNode, ob: Obligation, answers: Sequence[Answer]) -> Outcome:
-    """Every leg's answer fused by RRF in leg order, the obligation's ``k`` bounding the result."""
+def hybrid(node: HybridNode, ob: Obligation, answers: Sequence[Answer], top_k: int | None) -> Outcome:
+    """Every leg's answer fused by RRF in leg order, ``top_k`` (the obligation's ``k``, or none
+    for a collapsing obligation, which cuts by groups) bounding the result."""
     outcomes = [
         leg_outcome(leg, ob, found).replace(node=f"{ob.id}/{leg.rsc}")
         for leg, found in zip(node.legs, answers, strict=True)
     ]
-    fused = fuse(ob.id, outcomes, node.fusion, top_k=ob.k)
+    fused = fuse(ob.id, outcomes, node.fusion, top_k=top_k)
     failed = [o for o in outcomes if o.failed]
     if failed and len(failed) < len(outcomes):
         fused = fused.replace(coverage=weakest(fused.coverage, SearchCoverage.PARTIAL_BACKEND))
@@ -137,6 +152,7 @@ def freshness(ob: Obligation, outcome: Outcome, ctx: RunContext) -> Outcome:
         max_age_days=ob.freshness.max_age_days,
         lineage=ctx.lineage,
         node=ob.id,
+        roles=ctx.roles,
     )
     gaps = (*outcome.gaps, *checks)
     if not reasons:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from race.copies import Collapsed
 from race.receipt import Fusion
 from rsc import (
     EvidenceStatus,
@@ -51,6 +52,8 @@ class Item:
     relations: frozenset[str] = frozenset()
     fusion: Fusion | None = None
     origin: str | None = None
+    collapsed: Collapsed | None = None
+    """The copies an obligation's ``collapse`` folded into this item (``race.collapse``)."""
 
     @property
     def doc_id(self) -> str:
@@ -76,6 +79,7 @@ class Item:
             relations=self.relations | other.relations,
             fusion=self.fusion or other.fusion,
             origin=self.origin or other.origin,
+            collapsed=_merged_copies(self.collapsed, other.collapsed),
         )
 
     def with_status(self, status: EvidenceStatus) -> Item:
@@ -98,7 +102,16 @@ class Item:
             relations=self.relations | frozenset(relations),
             fusion=fusion if fusion is not None else self.fusion,
             origin=origin if origin is not None else self.origin,
+            collapsed=self.collapsed,
         )
+
+
+def _merged_copies(first: Collapsed | None, second: Collapsed | None) -> Collapsed | None:
+    """Every copy either view of one item collapsed, once, at its best rank; the first's grouping."""
+    if first is None or second is None:
+        return first or second
+    best = {c.key: c for c in sorted((*first.copies, *second.copies), key=lambda c: (c.rank, c.key), reverse=True)}
+    return first.model_copy(update={"copies": tuple(sorted(best.values(), key=lambda c: (c.rank, c.key)))})
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from race.copies import Collapsed
+from race.roles import Roles
 from rsc import (
     CanonicalFloat,
     EvidenceStatus,
@@ -145,6 +147,8 @@ class EvidenceItem(Record):
     """Every backend hit on it, each with its custody."""
     fusion: Fusion
     """How its position was chosen."""
+    collapsed: Collapsed | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The copies the obligation's ``collapse`` folded into this item (absent when none)."""
 
 
 class CoverageSummary(Record):
@@ -202,6 +206,9 @@ class Receipt(Record):
     """The digests of the responses retained for replay (``--retain``)."""
     operational: Operational = Operational()
     """Timing, call and cache counts; not part of the normalized receipt."""
+    roles: Roles | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The fields and relations staleness and origins read, where the index's schema gives RACE's
+    roles to others than the bundled corpus's (``race.roles``); replay reads them from here."""
 
     def normalized(self) -> dict[str, Any]:
         data: dict[str, Any] = canonical_data(self, exclude=_NOT_NORMALIZED)

@@ -219,7 +219,12 @@ def _input_item(i: _Input, hit: Hit, ctx: RunContext, checks: list[Gap]) -> Item
     if i.ob.freshness is not None:
         fresh = i.ob.freshness
         reasons, gaps = stale_reasons(
-            (item,), as_of=fresh.as_of, max_age_days=fresh.max_age_days, lineage=ctx.lineage, node=i.ob.id
+            (item,),
+            as_of=fresh.as_of,
+            max_age_days=fresh.max_age_days,
+            lineage=ctx.lineage,
+            node=i.ob.id,
+            roles=ctx.roles,
         )
         checks += gaps
         (item,) = marked((item,), reasons)

@@ -14,7 +14,7 @@ from rsc import GapKind, SupportClosure, weakest_closure
 def freshen(node: OperatorNode, op: FreshenOp, inputs: Sequence[Outcome], ctx: RunContext) -> Outcome:
     (child,) = inputs
     reasons, checks = stale_reasons(
-        child.items, as_of=op.as_of, max_age_days=op.max_age_days, lineage=ctx.lineage, node=op.id
+        child.items, as_of=op.as_of, max_age_days=op.max_age_days, lineage=ctx.lineage, node=op.id, roles=ctx.roles
     )
     gaps = (*child.gaps, *checks)
     if not reasons:

@@ -29,15 +29,16 @@ def refine(node: OperatorNode, op: RefineOp, inputs: Sequence[Outcome], ctx: Run
         gaps = (*gaps, gap(GapKind.POSTFILTER_ONLY_FILTER, op.id, detail, caveat=True))
         items = kept
     if op.order_by is not None:
-        items = _by_date(items, descending=op.order_by == "date_desc")
+        items = _by_date(items, ctx.roles.date, descending=op.order_by == "date_desc")
     return child.replace(node=op.id, items=items, coverage=coverage, gaps=gaps)
 
 
-def _by_date(items: Sequence[Item], *, descending: bool) -> tuple[Item, ...]:
-    """Stable by date: items of one date keep the input's order, whichever way dates run."""
+def _by_date(items: Sequence[Item], field: str | None, *, descending: bool) -> tuple[Item, ...]:
+    """Stable by the field that plays the ``date`` role: items of one date keep the input's
+    order, whichever way dates run (all of them, where the schema has no date field)."""
 
     def date(item: Item) -> str:
-        return str(item.hits[0].metadata.get("date", "")) if item.hits else ""
+        return str(item.hits[0].metadata.get(field, "")) if item.hits and field is not None else ""
 
     ranked = sorted(enumerate(items), key=lambda p: (date(p[1]), -p[0] if descending else p[0]), reverse=descending)
     return tuple(item for _, item in ranked)
