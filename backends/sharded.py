@@ -2,7 +2,8 @@
 
 ``ShardedAdapter(name, shards)`` serves the shards' contracts as the contracts of one backend
 ``name`` (``tantivy.bm25`` of the shards is ``<name>.tantivy.bm25`` here, as for any named
-instance, ``backends.named``) and answers a scan by a
+instance, ``backends.named``; an instance named after its kind, ``tantivy``, keeps the kind's
+own ids and stands in for that backend) and answers a scan by a
 scatter to every shard at once and an exact top-k merge (``backends.sharded_scan``): each
 shard returns its own exact top-k, and the first k of their union in the contract's order
 (ties by evidence key, as everywhere in RACE) is the instance's top-k.
@@ -305,7 +306,8 @@ def _contracts(
     out: list[Contract] = []
     inner: dict[str, str] = {}
     for rsc_id, contract in sorted(first.items()):
-        own = f"{name}.{rsc_id}"
+        # An instance named after its kind stands in for that backend: its ids are the kind's own.
+        own = rsc_id if name == kind else f"{name}.{rsc_id}"
         note = (
             f" Sharded instance {name!r}: {len(shards)} {kind} shards ({', '.join(labels)}) scanned at once, their "
             "top-k merged exactly (ties by evidence key); a shard that does not answer is a shard_unavailable gap "

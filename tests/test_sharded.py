@@ -195,6 +195,10 @@ def test_contracts_name_the_instance_and_say_bm25_is_per_shard(bm25: dict[str, P
     assert sharded.statistics().rows == TantivyAdapter.open(bm25["full"]).statistics().rows
     full_counts = TantivyAdapter.open(bm25["full"]).statistics().value_counts
     assert sharded.statistics().value_counts == full_counts
+    # Named after its kind, the instance stands in for that backend under the kind's own ids.
+    stand_in = ShardedAdapter("tantivy", shards)
+    assert [c.rsc_id for c in stand_in.index_contracts()] == [c.rsc_id for c in shards[0].index_contracts()]
+    assert all(c.backend == "tantivy" for c in stand_in.index_contracts())
 
 
 def test_bad_input_names_the_instance(bm25: dict[str, Path], tmp_path: Path) -> None:
