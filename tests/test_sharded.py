@@ -513,3 +513,32 @@ async def test_a_shard_hit_whose_custody_names_another_request_is_dropped_not_re
     own = [p for s in _tantivy(bm25, labels) for p in _ranked(await _scan(s, "tantivy.bm25", text, spec["k"]))]
     want = [p for p in _best_first(own, len(own), distance=False) if p[0] != injected.key][: spec["k"]]
     assert _ranked(result.hits) == want
+
+
+async def test_a_shard_that_moved_after_planning_is_refused_alone(bm25: dict[str, Path], tmp_path: Path) -> None:
+    spec = SPEC["bm25"]
+    labels, moved = list(spec["shards"]), SPEC["killed"]
+    dirs = {lb: tmp_path / lb for lb in labels}
+    for lb in labels:
+        shutil.copytree(bm25[lb], dirs[lb])
+    sharded = ShardedAdapter.open_dirs("shards", TantivyAdapter, [dirs[lb] for lb in labels])
+    planned = sharded.generation()
+    # The shard is rebuilt in place after the plan was made: a new index, a new generation.
+    corpus = load_corpus(FIXTURES / spec["corpus"])
+    TantivyAdapter.build(_part(corpus, spec["shards"][moved], moved), dirs[moved])
+    assert sharded.generation() != planned
+    held = await sharded.pin(planned)
+    text = spec["queries"][0]
+    result = await held.scan(_request(_contract(held, "shards.tantivy.bm25"), text, spec["k"]))
+    assert result.generation == planned
+    kinds = sorted(g.kind.value for g in result.gaps)
+    assert kinds == ["shard_unavailable", "snapshot_moved"]
+    assert all(f"shard {moved}" in g.detail for g in result.gaps)
+    survivors = [lb for lb in labels if lb != moved]
+    own = [p for s in _tantivy(bm25, survivors) for p in _ranked(await _scan(s, "tantivy.bm25", text, spec["k"]))]
+    assert _ranked(result.hits) == _best_first(own, spec["k"], distance=False)
+    # Every hit carries the planned generation of the shard it came from.
+    planned_of = dict(zip(labels, sharded.shard_generations(planned) or (), strict=True))
+    for hit in result.hits:
+        label = hit.custody.index_identity.split(":", 1)[0].split("/", 1)[1]
+        assert hit.custody.index_generation == planned_of[label]
