@@ -106,9 +106,14 @@ def update_line(summary: Any) -> str:
     """One line saying what ``--update`` did, with the count of documents re-embedded."""
     fresh = len(summary.added) + len(summary.changed)
     done = "rebuilt" if summary.rebuilt is not None else "updated"
-    return (
+    counts = (
         f"{done}: {len(summary.added)} added, {len(summary.changed)} changed, {len(summary.removed)} removed, "
-        f"{summary.unchanged} unchanged; re-embedded {fresh} documents ({summary.chunks_embedded} chunks, "
+        f"{summary.unchanged} unchanged"
+    )
+    if not summary.vectors:
+        return f"{counts}; re-indexed {fresh} document{'s' * (fresh != 1)}, no vector index (nothing embedded)"
+    return (
+        f"{counts}; re-embedded {fresh} document{'s' * (fresh != 1)} ({summary.chunks_embedded} chunks, "
         f"{summary.texts_embedded} distinct texts embedded)"
     )
 

@@ -59,6 +59,8 @@ class UpdateSummary(Record):
     """Chunks of the added and changed documents: the rows the vector index wrote anew."""
     texts_embedded: int = 0
     """Distinct texts the model embedded for them (texts the table held already are reused)."""
+    vectors: bool = True
+    """Whether the index has a vector index (``False``: lexical only, nothing embedded)."""
     rebuilt: str | None = Field(default=None)
     """Why the index was built whole instead (``None``: it was updated)."""
 
@@ -83,6 +85,7 @@ def update_index(
             added=corpus.doc_ids,
             chunks_embedded=len(corpus.chunks) if skipped is None else 0,
             texts_embedded=_embedded_texts(out),
+            vectors=skipped is None,
             rebuilt=reason,
         )
     old: dict[str, str] = json.loads((out / DOCUMENTS).read_text(encoding="utf-8"))
@@ -116,6 +119,7 @@ def update_index(
         unchanged=len(new) - len(added) - len(changed),
         chunks_embedded=sum(1 for c in corpus.chunks if c.doc_id in wanted) if skipped is None else 0,
         texts_embedded=texts,
+        vectors=skipped is None,
     )
 
 

@@ -157,3 +157,25 @@ def test_update_without_changes_re_embeds_nothing(updated: Updated, capsys: pyte
     _, err = capsys.readouterr()
     assert "updated: 0 added, 0 changed, 0 removed, 8 unchanged; re-embedded 0 documents (0 chunks" in err
     assert not any(p.name.startswith(f".{index.name}.") for p in index.parent.iterdir())
+
+
+def test_lexical_update_equals_a_lexical_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without vectors: tantivy and the graph updated in place, nothing embedded, and every
+    fixture plan's receipt (vector obligations unsatisfied in both) that of a whole build."""
+    corpus = _corpus(tmp_path / "corpus")
+    index, rebuilt = tmp_path / "updated", tmp_path / "rebuilt"
+    assert main(["index", str(corpus), "--out", str(index), "--no-vectors"]) == 0
+    (corpus / "docs" / DELETED).unlink()
+    edited = corpus / "docs" / DOCS[1]
+    edited.write_text(edited.read_text().replace("Kestrel", "Kestrel broker", 1))
+    assert main(["index", str(corpus), "--out", str(index), "--no-vectors", "--update"]) == 0
+    assert main(["index", str(corpus), "--out", str(rebuilt), "--no-vectors"]) == 0
+    _, err = capsys.readouterr()
+    line = (
+        "updated: 0 added, 1 changed, 1 removed, 6 unchanged; re-indexed 1 document, no vector index (nothing embedded)"
+    )
+    assert line in err
+    assert not (index / "lancedb").exists()
+    assert GraphAdapter.open(index).generation() == GraphAdapter.open(rebuilt).generation()
+    for plan in PLANS:
+        assert masked(Engine.open(index).run_sync(plan)) == masked(Engine.open(rebuilt).run_sync(plan)), plan.name
