@@ -38,6 +38,19 @@ def session_engine(index_dir: Path) -> Engine:
     return Engine.open(index_dir)
 
 
+@pytest.fixture(scope="session")
+def corpus2_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One index of the second fixture corpus (fixtures/corpus2, another schema) per session."""
+    out = tmp_path_factory.mktemp("corpus2") / "index"
+    build_index(FIXTURES / "corpus2", out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def corpus2_engine(corpus2_index: Path) -> Engine:
+    return Engine.open(corpus2_index)
+
+
 @pytest.fixture
 def engine(index_dir: Path) -> Engine:
     """A fresh engine (empty caches) over the session index."""

@@ -13,7 +13,6 @@ import pytest
 from backends.corpus import Corpus, load_corpus
 from race.cli import main
 from race.engine import Engine
-from race.indexing import build_index
 from rsc import Filter, FilterSupportClass
 from tests.conftest import FIXTURES
 
@@ -42,15 +41,13 @@ def corpus() -> Corpus:
 
 
 @pytest.fixture(scope="module")
-def index2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("corpus2") / "index"
-    build_index(CORPUS2, out)
-    return out
+def index2(corpus2_index: Path) -> Path:
+    return corpus2_index
 
 
 @pytest.fixture(scope="module")
-def engine2(index2: Path) -> Engine:
-    return Engine.open(index2)
+def engine2(corpus2_engine: Engine) -> Engine:
+    return corpus2_engine
 
 
 def _expected(corpus: Corpus, flt: Filter) -> list[str]:

@@ -230,7 +230,8 @@ class GraphAdapter(Adapter):
         return await blocking(self._scan, request)
 
     def _scan(self, request: ScanRequest) -> ScanResult:
-        contract = _BY_ID.get(request.rsc_id)
+        # The index's own contracts: their filter tables are its schema's fields, not the shipped ones.
+        contract = next((c for c in self.index_contracts() if c.rsc_id == request.rsc_id), None)
         if contract is None or contract.mode != request.mode or contract.version != request.rsc_version:
             raise BackendUnavailable(
                 f"graph serves no {request.rsc_id}@{request.rsc_version} in mode {request.mode!r}", where=request.rsc_id
@@ -337,4 +338,3 @@ def _relations(names: Sequence[str], graph: Any, *, where: str) -> frozenset[str
 
 
 _CONTRACTS: tuple[Contract, ...] = load_contracts_beside(__file__)
-_BY_ID: dict[str, Contract] = {c.rsc_id: c for c in _CONTRACTS}

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite: one runner over the session index's adapters, and the live
+"""Fixtures of the fault suite: one runner over the session indexes' adapters, and the live
 ``race serve`` of tests/remote for the remote legs (imported: that conftest's fixtures are
 not visible from here)."""
 
@@ -14,6 +14,7 @@ __all__ = ["Server", "runner", "server"]
 
 
 @pytest.fixture(scope="session")
-def runner(session_engine: Engine) -> Runner:
-    """Every case of the matrix runs once per session, on fresh engines over these adapters."""
-    return Runner(session_engine.adapters)
+def runner(session_engine: Engine, corpus2_engine: Engine) -> Runner:
+    """Every case of the matrix runs once per session, on fresh engines over these adapters
+    (the bundled corpus's, and the second corpus's for the plans under fixtures/plans/corpus2/)."""
+    return Runner(session_engine.adapters, corpora={"corpus2": corpus2_engine.adapters})

@@ -218,6 +218,15 @@ class FaultyAdapter(Adapter):
     def contracts(self) -> tuple[Contract, ...]:  # type: ignore[override]
         return self.inner.contracts()
 
+    def index_contracts(self) -> tuple[Contract, ...]:
+        # The contracts generated for the wrapped index (its schema's fields), not the shipped ones.
+        return self.inner.index_contracts()
+
+    @property
+    def corpus_schema(self) -> Any:  # type: ignore[override]
+        # Plan filters are checked, and roles read, against the wrapped index's schema.
+        return self.inner.corpus_schema
+
     @classmethod
     def build(cls, corpus: Any, index_dir: Path, progress: Any = None) -> str:
         raise NotImplementedError("a faulty adapter wraps an opened one")

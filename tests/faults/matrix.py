@@ -1,7 +1,9 @@
 """The fault matrix: which fault is injected into which leg of which plan, and what the
 executor must make of it.
 
-A case is (fixture plan, obligation, backend, fault). The backend is the one the chosen
+A case is (fixture plan, obligation, backend, fault). Plans under ``fixtures/plans/corpus2/``
+run over an index of the second fixture corpus (fixtures/corpus2: other fields, another
+schema, its generated contracts); every other plan over the bundled corpus's. The backend is the one the chosen
 physical plan really sends that obligation's leg to (``run_case`` checks it against
 ``planner.scans(explain.physical)`` and refuses a case that names another), so a fault
 always lands on a leg that runs. Each plan runs with a small budget (``NORMAL``: plan
@@ -127,9 +129,15 @@ class Case:
         return self.backend == "remote" or Path(self.plan).name.startswith("remote")
 
     @property
+    def corpus(self) -> str:
+        """The fixture corpus whose index the plan runs over: ``corpus2`` or ``bundled``."""
+        return "corpus2" if self.plan.startswith("corpus2/") else "bundled"
+
+    @property
     def id(self) -> str:
         tail = ":tight-deadline" if self.deadlines == TIGHT else ""
-        return f"{Path(self.plan).stem}:{self.obligation}@{self.backend}:{self.fault.name}{tail}"
+        head = "corpus2/" if self.corpus == "corpus2" else ""
+        return f"{head}{Path(self.plan).stem}:{self.obligation}@{self.backend}:{self.fault.name}{tail}"
 
 
 # -- the matrix -----------------------------------------------------------------------------
@@ -265,6 +273,44 @@ _LEGS: tuple[tuple[str, str, str, Sequence[Fault]], ...] = (
         "remote",
         (raise_thread(MISSING), hang_async(), duplicate_hits(), truncated_custody()),
     ),
+    # The second corpus (tickets): filters on its own fields (an integer range, a keyword[]
+    # value, a boolean) pushed into every backend, a date-role refine, a freshen, and origins
+    # over its own lineage relation (``duplicates``) under a corroborate and a join.
+    (
+        "corpus2/tickets_operators.json",
+        "lock-waits",
+        "tantivy",
+        (
+            raise_task(MISSING),
+            raise_thread(BAD_VALUE),
+            hang_async(),
+            late_answer(LATE_S),
+            nan_score(),
+            out_of_filter(),
+            duplicate_hits(),
+            truncated_custody(),
+        ),
+    ),
+    (
+        "corpus2/tickets_operators.json",
+        "pool-exhaustion",
+        "lancedb",
+        (raise_task(OUTAGE), hang_thread(), negative_score(), inf_score(), out_of_filter()),
+    ),
+    (
+        "corpus2/tickets_operators.json",
+        "blockers",
+        "graph",
+        (raise_thread(ZERO), late_answer(LATE_S), duplicate_hits(), truncated_custody(), out_of_filter()),
+    ),
+    ("corpus2/tickets_operators.json", "sso-outage", "tantivy", (raise_task(RUNTIME), delay(DELAY_S), nan_score())),
+    (
+        "corpus2/tickets_corroborate.json",
+        "latency-meaning",
+        "lancedb",
+        (raise_thread(MISSING), late_answer(LATE_S), duplicate_hits()),
+    ),
+    ("corpus2/tickets_corroborate.json", "latency-words", "tantivy", (raise_task(BAD_VALUE), hang_thread())),
 )
 
 # ... and the union's own deeper reads: call 2 is the first deeper sorted read of every
@@ -689,16 +735,25 @@ class Runner:
     ``remote_url`` is a live ``race serve`` for the remote legs; it is connected to on the
     first case that needs it (set it before running one)."""
 
-    def __init__(self, adapters: Mapping[str, Adapter], remote_url: str | None = None) -> None:
+    def __init__(
+        self,
+        adapters: Mapping[str, Adapter],
+        remote_url: str | None = None,
+        corpora: Mapping[str, Mapping[str, Adapter]] | None = None,
+    ) -> None:
         self.local = dict(adapters)
+        self.corpora = {"bundled": self.local, **{k: dict(v) for k, v in (corpora or {}).items()}}
+        """The opened adapters of each fixture corpus's index (``Case.corpus``)."""
         self.remote_url = remote_url
         self._remote: Adapter | None = None
         self.baselines: dict[tuple[str, bool], Baseline] = {}
         self.results: dict[str, CaseResult] = {}
 
     def adapters_for(self, case: Case) -> dict[str, Adapter]:
+        if case.corpus not in self.corpora:
+            raise MatrixError(f"{case.id} runs over the {case.corpus} index and none was given")
         if not case.needs_server:
-            return dict(self.local)
+            return dict(self.corpora[case.corpus])
         if self._remote is None:
             if self.remote_url is None:
                 raise MatrixError(f"{case.id} needs a remote server and none was given")
@@ -801,6 +856,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.faults.matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="write the results as JSON here and the markdown table beside it")
     parser.add_argument("--index", type=Path, help="an index of the bundled corpus (default: build one)")
+    parser.add_argument("--corpus2-index", type=Path, help="an index of fixtures/corpus2 (default: build one)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-case progress")
     args = parser.parse_args(argv)
 
@@ -812,9 +868,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if index is None:
             index = Path(tmp) / "fixture-index"
             build_index(FIXTURES / "corpus", index)
+        index2 = args.corpus2_index
+        if index2 is None:
+            index2 = Path(tmp) / "corpus2-index"
+            build_index(FIXTURES / "corpus2", index2)
         (server,) = start_all(index, [()])
         try:
-            runner = Runner(Engine.open(index).adapters, remote_url=server.url)
+            corpora = {"corpus2": Engine.open(index2).adapters}
+            runner = Runner(Engine.open(index).adapters, remote_url=server.url, corpora=corpora)
             started = time.monotonic()
             results = anyio.run(lambda: run_matrix(runner, MATRIX, progress=not args.quiet))
             elapsed = time.monotonic() - started

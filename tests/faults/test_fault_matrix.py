@@ -21,6 +21,8 @@ DETERMINISTIC = (
     "showcase:cve-id@tantivy:duplicate_hits",
     "early_stop_union:official-fix@lancedb:nth_call(2,negative_score)",
     "remote_operators:remote-stall@remote:truncated_custody",
+    "corpus2/tickets_operators:lock-waits@tantivy:raise_task(KeyError)",
+    "corpus2/tickets_operators:blockers@graph:duplicate_hits",
 )
 
 
@@ -39,6 +41,13 @@ def test_the_matrix_reaches_every_operator_kind_and_backend() -> None:
         kinds = {case.fault.base.kind for case in MATRIX if case.backend == backend}
         assert {"raise_task", "raise_thread", "hang_async", "hang_thread", "late_answer"} <= kinds, backend
         assert {"nan_score", "negative_score", "duplicate_hits", "truncated_custody"} <= kinds, backend
+
+
+def test_the_matrix_runs_over_both_fixture_corpora() -> None:
+    """The second corpus (another schema, generated contracts) has cases on every local backend."""
+    second = [case for case in MATRIX if case.corpus == "corpus2"]
+    assert {case.backend for case in second} == {"tantivy", "lancedb", "graph"}
+    assert {case.fault.base.kind for case in second} >= {"raise_task", "raise_thread", "out_of_filter", "late_answer"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.id) for case in MATRIX])
