@@ -30,8 +30,13 @@ def _engine(args: argparse.Namespace) -> object:
     from race.engine import Engine, load_statistics
 
     stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
-    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
     remotes = tuple(getattr(args, "remote", None) or ())
+    if getattr(args, "catalog", None):
+        if args.index or remotes or getattr(args, "milvus", None):
+            raise InputError("a catalog names every instance: leave out --index, --remote, --milvus", where="--catalog")
+        early_stop = not getattr(args, "no_early_stop", False)
+        return Engine.from_catalog(Path(args.catalog), statistics=stats, early_stop=early_stop)
+    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
     return Engine.open(
         index,
         statistics=stats,
@@ -256,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("plan", help="logical plan JSON file, or - for standard input")
         p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+        p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
         p.add_argument("--json", action="store_true", help="canonical JSON output")
         p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
         p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")

@@ -12,15 +12,15 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio
 
-from backends import LOCAL_ADAPTERS, Adapter
+from backends import Adapter
 from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
-from race.attach import open_milvus
 from race.batch import PlanFailure
 from race.bundled import ensure_bundled_index
 from race.cache import PlanCache, ResultCache
 from race.executor import Executor, Lineage
-from race.indexing import absent_contracts, check_plan_filters, read_manifest
+from race.indexing import absent_contracts, check_plan_filters
 from race.instances import connect_remotes as connect_remotes
+from race.instances import index_adapters, open_catalog
 from race.instances import known_contracts as known_contracts
 from race.instances import load_statistics as load_statistics
 from race.legs import UNKNOWN_GENERATION
@@ -110,22 +110,24 @@ class Engine:
         early_stop: bool = True,
         milvus: Sequence[Path] = (),
     ) -> Engine:
-        """The local backends of ``index_dir`` and, for each base URL in ``remotes``, a
-        ``race serve`` server's contracts (backend ``remote``; one server per engine), and the
-        Milvus collection of the instance folder in ``milvus`` (``race.attach.open_milvus``)."""
-        manifest = read_manifest(index_dir)
-        built = manifest.get("backends", [])
-        adapters: dict[str, Adapter] = {}
-        for adapter in LOCAL_ADAPTERS:
-            if isinstance(built, list) and adapter.backend in built:
-                adapters[adapter.backend] = adapter.open(index_dir)
-        adapters.update(connect_remotes(remotes, timeout=remote_timeout))
-        adapters.update(open_milvus(milvus))
+        """The local backends of ``index_dir``, a ``race serve`` server's contracts for each base URL
+        in ``remotes`` (backend ``remote``; one server), and the Milvus collection in ``milvus``."""
+        adapters = index_adapters(index_dir, remotes=remotes, remote_timeout=remote_timeout, milvus=milvus)
         engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
         engine.absent = absent_contracts(index_dir)
         return engine
+
+    @classmethod
+    def from_catalog(cls, catalog: Path, *, cache_dir: Path | None = None, **options: Any) -> Engine:
+        """The named instances of a catalog file, ``race.catalog/1`` (``race.instances.open_catalog``)."""
+        return cls(open_catalog(catalog), result_cache=ResultCache(directory=cache_dir), **options)
+
+    async def aclose(self) -> None:
+        """Close every instance's client (remote and Milvus connections): the engine is done."""
+        for adapter in self.adapters.values():
+            await adapter.aclose()
 
     @classmethod
     def bundled(cls, cache_dir: Path | None = None) -> Engine:

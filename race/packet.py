@@ -198,15 +198,15 @@ def build_packet(
     quoted: dict[str, str] = {}
     for item in receipt.evidence:
         hit = item.hits[0]
-        path = hit.custody.source_path
+        path = hit.custody.source_path or ""
         if path not in sources:
             sources[path] = SourceFile(corpus if corpus.is_dir() else corpus.parent, path)
         source = sources[path]
         check = check_hit(hit, source, evidence=item.key, position=0)
-        if check.status != "valid":
+        cust = hit.custody
+        if check.status != "valid" or cust.line_start is None or cust.line_end is None:
             broken.append(Omission(evidence=item.key, rank=item.rank, reason="citation_broken", detail=check.status))
             continue
-        cust = hit.custody
         quoted[item.key] = source.text[source.offsets[cust.line_start - 1] : source.offsets[cust.line_end]]
         placed = tuple(dict.fromkeys([*item.obligations, *_fusion_nodes(item.fusion)]))
         origin = item.origin or origins.get(hit.doc_id, hit.doc_id)

@@ -51,7 +51,7 @@ def receipt_text(receipt: Receipt, *, evidence_limit: int = 12) -> str:
         fusion = f" {item.fusion.method}={item.fusion.score}" if item.fusion.score is not None else ""
         lines.append(f"  {item.rank:>3}. {item.key}  [{item.status.value}] {','.join(item.obligations)}{fusion}")
         lines.append(
-            f"       {c.source_path}:{c.line_start}-{c.line_end} {c.source_hash[:19]}… "
+            f"       {c.source_path}:{c.line_start}-{c.line_end} {(c.source_hash or '(no hash)')[:19]}… "
             + "; ".join(
                 f"{h.custody.rsc} {'#' + str(h.custody.rank) if h.custody.access == 'sorted' else 'random'} "
                 f"{h.custody.score_kind.value}={h.custody.score:.4g}"

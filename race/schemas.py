@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pydantic_core import core_schema
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-DOCUMENTS = ("plan", "rsc", "receipt", "explain")
+DOCUMENTS = ("plan", "rsc", "receipt", "explain", "catalog")
 
 
 def document_schema(document: str) -> dict[str, Any]:
@@ -28,6 +28,7 @@ def document_schema(document: str) -> dict[str, Any]:
     from pydantic import BaseModel
 
     from planner import EXPLAIN_SCHEMA_VERSION, PLAN_SCHEMA_VERSION, Explain, LogicalPlan
+    from race.catalog import CATALOG_SCHEMA_VERSION, Catalog
     from race.receipt import RECEIPT_SCHEMA_VERSION, Receipt
     from rsc import RSC_SCHEMA_VERSION, Contract
 
@@ -36,6 +37,7 @@ def document_schema(document: str) -> dict[str, Any]:
         "rsc": (Contract, RSC_SCHEMA_VERSION),
         "receipt": (Receipt, RECEIPT_SCHEMA_VERSION),
         "explain": (Explain, EXPLAIN_SCHEMA_VERSION),
+        "catalog": (Catalog, CATALOG_SCHEMA_VERSION),
     }
     model, version = models[document]
     schema = model.model_json_schema(schema_generator=_described())

@@ -45,9 +45,9 @@ class CitationCheck(Record):
     """0-based position of the hit in the evidence item's ``hits``."""
     rsc: str
     chunk_id: str
-    source_path: str
-    line_start: int
-    line_end: int
+    source_path: str | None
+    line_start: int | None
+    line_end: int | None
     status: CitationStatus
     source_hash: Literal["same", "differs", "missing"]
     found_line_start: int | None = None
@@ -156,6 +156,10 @@ def check_hit(hit: Hit, source: SourceFile, *, evidence: str, position: int) -> 
         line_start=c.line_start,
         line_end=c.line_end,
     )
+    if c.line_start is None or c.line_end is None or c.source_hash is None:
+        # A source without a path, line span or hash (an attached table) cannot be checked.
+        detail = "; ".join(f"{k}: {why}" for k, why in sorted(c.absent.items()))
+        return CitationCheck(**base, status="missing", source_hash="missing", detail=detail)
     if source.data is None:
         return CitationCheck(**base, status="missing", source_hash="missing", detail=source.error)
     same_hash = source.digest == c.source_hash
@@ -190,7 +194,7 @@ def verify_receipt(receipt: Receipt, corpus: Path) -> VerifyReport:
     checks: list[CitationCheck] = []
     for item in receipt.evidence:
         for position, hit in enumerate(item.hits):
-            path = hit.custody.source_path
+            path = hit.custody.source_path or ""
             if path not in sources:
                 sources[path] = SourceFile(root, path)
             checks.append(check_hit(hit, sources[path], evidence=item.key, position=position))

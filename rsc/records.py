@@ -174,19 +174,21 @@ class ExpectedRecall(Record):
 
 
 class Custody(Record):
-    """Where a hit came from, precisely enough to check it by hand."""
+    """Where a hit came from, precisely enough to check it by hand. A source that lacks a custody
+    field (an attached table with no path or line span) reports it as ``null``, and ``absent``
+    says why, field by field; nothing is invented."""
 
-    source_path: str
+    source_path: str | None
     """The source file, relative to the corpus root; ``null`` where the source has none (see ``absent``)."""
-    line_start: int
+    line_start: int | None
     """The first line of the chunk in the source file (1-based)."""
-    line_end: int
+    line_end: int | None
     """The last line of the chunk in the source file (inclusive)."""
     char_start: int | None = None
     """The chunk's first character offset in the source file, where known."""
     char_end: int | None = None
     """The offset just past the chunk's last character, where known."""
-    source_hash: str
+    source_hash: str | None
     """``sha256:<hex>`` of the source file's bytes as indexed; a citation holds while it matches."""
     chunk_id: str
     """The chunk's id (``<doc_id>#<n>``)."""
@@ -217,6 +219,19 @@ class Custody(Record):
     ``rank`` orders that answer only, not the input's ranking; the score is exact all the same."""
     expected_recall: ExpectedRecall | None = None
     """The recall its contract promised for the request, on hits of an approximate scan."""
+    absent: dict[str, str] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """Each custody field that is ``null`` because the source does not have it, with the reason;
+    written only when there is one, so custody of a full source reads as it always did."""
+
+    @model_validator(mode="after")
+    def _absent_is_null(self) -> Custody:
+        null = {f for f in _NULLABLE_CUSTODY if getattr(self, f) is None}
+        if null != set(self.absent):
+            raise ValueError(f"custody fields {sorted(null)} are null but 'absent' explains {sorted(self.absent)}")
+        return self
+
+
+_NULLABLE_CUSTODY = ("source_path", "line_start", "line_end", "source_hash")
 
 
 class Hit(Record):

@@ -15,6 +15,9 @@ from race.bundled import BUNDLED_CORPUS
 
 MILVUS_INSTANCES = ("FLAT", "HNSW")
 
+# Indexes RACE did not build (catalog instances attached through a field mapping).
+from tests.backends.attached import attached_lance, attached_sources, attached_tantivy  # noqa: E402, F401
+
 
 def milvus_available() -> bool:
     try:

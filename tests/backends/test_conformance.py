@@ -25,17 +25,21 @@ from rsc import (
 from tests.conftest import FIXTURES
 
 SAMPLES: dict[str, Any] = json.loads((FIXTURES / "cases" / "conformance.json").read_text())["contracts"]
+SAMPLES.update(json.loads((FIXTURES / "cases" / "conformance_attached.json").read_text())["contracts"])
 LOCAL_BACKENDS = ["tantivy", "lancedb", "graph"]
 MILVUS_BACKENDS = {"milvus-flat": "milvus_flat", "milvus-hnsw": "milvus_ann"}
 """Milvus collections (milvus-lite, started by tests/backends/conftest.py), one per index type."""
+ATTACHED_BACKENDS = {"attached-lancedb": "attached_lance", "attached-tantivy": "attached_tantivy"}
+"""Catalog instances RACE did not build (tests/backends/attached.py)."""
+FIXTURE_BACKENDS = {**MILVUS_BACKENDS, **ATTACHED_BACKENDS}
 
 
-@pytest.fixture(params=[*LOCAL_BACKENDS, *MILVUS_BACKENDS])
+@pytest.fixture(params=[*LOCAL_BACKENDS, *FIXTURE_BACKENDS])
 def adapter(request: pytest.FixtureRequest, session_engine: Engine) -> Adapter:
     name = request.param
-    if name in MILVUS_BACKENDS:
-        milvus: Adapter = request.getfixturevalue(MILVUS_BACKENDS[name])
-        return milvus
+    if name in FIXTURE_BACKENDS:
+        found: Adapter = request.getfixturevalue(FIXTURE_BACKENDS[name])
+        return found
     assert name in session_engine.adapters, f"backend {name} is not built into the test index"
     return session_engine.adapters[name]
 
