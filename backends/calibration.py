@@ -54,15 +54,18 @@ def measure(
     search: Search,
     k: int = 10,
     seed: int = 7,
+    disjoint_from: int | None = None,
 ) -> tuple[Calibration, ...]:
     """Every contract's recall@k over the rows ``ids`` (their filterable ``metas`` and stored
-    ``vectors``), per selectivity bucket and per field."""
+    ``vectors``), per selectivity bucket and per field. With ``disjoint_from``, no query row
+    is one the calibration of that seed asked with: fresh queries, to check its promise."""
     rows = len(ids)
     if rows < 2 or not contracts:
         return ()
     norms = np.linalg.norm(vectors, axis=1)
     unit = vectors / np.where(norms == 0.0, 1.0, norms)[:, None]
-    cases = _cases(metas, rows, np.random.default_rng(seed))
+    exclude = query_rows(metas, rows, disjoint_from) if disjoint_from is not None else frozenset()
+    cases = _cases(metas, rows, np.random.default_rng(seed), exclude)
     position = {cid: i for i, cid in enumerate(ids)}
     out = []
     for contract in sorted(contracts, key=lambda c: c.rsc_id):
@@ -153,11 +156,25 @@ class _Cases:
     filtered: list[tuple[str, str, npt.NDArray[np.bool_], list[int]]] = field(default_factory=list)
 
 
-def _cases(metas: Sequence[dict[str, object]], rows: int, rng: np.random.Generator) -> _Cases:
+def query_rows(metas: Sequence[dict[str, object]], rows: int, seed: int) -> frozenset[int]:
+    """Every row the calibration seeded ``seed`` asks with."""
+    cases = _cases(metas, rows, np.random.default_rng(seed), frozenset())
+    return frozenset([*cases.unfiltered, *(q for *_, queries in cases.filtered for q in queries)])
+
+
+def _cases(metas: Sequence[dict[str, object]], rows: int, rng: np.random.Generator, exclude: frozenset[int]) -> _Cases:
     """Seeded query rows: unfiltered ones, and per keyword field a few values per bucket, each
-    with query rows drawn from the whole table (a query need not match its own filter)."""
+    with query rows drawn from the whole table but ``exclude`` (a query need not match its own
+    filter)."""
+    pool = np.setdiff1d(np.arange(rows), np.fromiter(exclude, dtype=np.int64)) if exclude else None
+
+    def draw(n: int) -> list[int]:
+        if pool is None:
+            return [int(i) for i in rng.choice(rows, size=min(n, rows), replace=False)]
+        return [int(i) for i in rng.choice(pool, size=min(n, len(pool)), replace=False)]
+
     cases = _Cases()
-    cases.unfiltered = [int(i) for i in rng.choice(rows, size=min(QUERIES_UNFILTERED, rows), replace=False)]
+    cases.unfiltered = draw(QUERIES_UNFILTERED)
     values: dict[str, dict[str, list[int]]] = {}
     for row, meta in enumerate(metas):
         for name, value in meta.items():
@@ -176,6 +193,6 @@ def _cases(metas: Sequence[dict[str, object]], rows: int, rng: np.random.Generat
             for value in chosen:
                 mask = np.zeros(rows, dtype=bool)
                 mask[values[name][value]] = True
-                queries = [int(i) for i in rng.choice(rows, size=min(share, rows), replace=False)]
+                queries = draw(share)
                 cases.filtered.append((name, value, mask, queries))
     return cases

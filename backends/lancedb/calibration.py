@@ -20,8 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["calibrate", "read_calibration", "write_calibration"]
 
 
-def calibrate(adapter: LanceAdapter, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
-    """Every approximate contract of ``adapter`` measured on its current table."""
+def calibrate(
+    adapter: LanceAdapter, *, k: int = 10, seed: int = 7, disjoint_from: int | None = None
+) -> tuple[Calibration, ...]:
+    """Every approximate contract of ``adapter`` measured on its current table (with
+    ``disjoint_from``, on queries the calibration of that seed did not ask)."""
     from backends.lancedb.build import ann_nprobes, ann_partitions
     from backends.lancedb.query import VECTOR, filter_sql, vector_query
 
@@ -43,7 +46,9 @@ def calibrate(adapter: LanceAdapter, *, k: int = 10, seed: int = 7) -> tuple[Cal
 
     contracts = [c for c in adapter.contracts() if c.coverage.claim is CoverageClaim.APPROXIMATE]
     vectors = np.asarray(data.column(VECTOR).to_pylist(), dtype=np.float64)
-    return measure(contracts, ids=ids, metas=metas, vectors=vectors, search=search, k=k, seed=seed)
+    return measure(
+        contracts, ids=ids, metas=metas, vectors=vectors, search=search, k=k, seed=seed, disjoint_from=disjoint_from
+    )
 
 
 def write_calibration(adapter: LanceAdapter, path: Path, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
