@@ -1,7 +1,9 @@
 """The JSON Schemas of the documents RACE reads and writes, as `race schema` prints them and
 as they are published under docs/schemas/ (``python -m race.schemas docs/schemas`` writes
 them; tests/test_schemas.py checks that the published files are current and that the
-fixtures validate against them)."""
+fixtures validate against them). Every property is described by its model attribute's
+docstring; the reference documents under docs/reference/ are made from them
+(``race.reference``)."""
 
 from __future__ import annotations
 
@@ -93,6 +95,13 @@ def schema_text(document: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """``python -m race.schemas [DIR]`` publishes the schemas (default docs/schemas);
+    ``python -m race.schemas --docs [DIR]`` writes the reference documents (DIR/reference/)."""
+    if argv[:1] == ["--docs"]:
+        from race.reference import write_references
+
+        write_references(Path(argv[1]) if len(argv) > 1 else Path("docs"))
+        return 0
     out = Path(argv[0]) if argv else Path("docs/schemas")
     out.mkdir(parents=True, exist_ok=True)
     for document in DOCUMENTS:

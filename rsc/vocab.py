@@ -96,10 +96,15 @@ class CoverageClaim(StrEnum):
 
 class SearchCoverage(StrEnum):
     EXHAUSTIVE_FOR_DECLARED_FRAGMENT = "exhaustive_for_declared_fragment"
+    """Everything the contract declares it covers was searched, exactly."""
     BOUNDED_STRUCTURAL = "bounded_structural"
+    """A graph traversal complete within its depth and node budget."""
     HEURISTIC = "heuristic"
+    """An approximate search (ANN, a post-filter): good evidence may have been missed."""
     PARTIAL_BACKEND = "partial_backend"
+    """Part of the backend was not searched (unindexed rows, an unavailable shard)."""
     UNKNOWN = "unknown"
+    """Nothing can be said about what was searched (a failed leg)."""
 
     @property
     def rank(self) -> int:
@@ -130,9 +135,13 @@ def strongest(*coverages: SearchCoverage) -> SearchCoverage:
 
 class SupportClosure(StrEnum):
     CLOSED = "closed"
+    """The support found is complete for the search made."""
     PARTIAL = "partial"
+    """Some support may be missing."""
     STALE = "stale"
+    """Some of the support is stale."""
     RESOURCE_LIMITED = "resource_limited"
+    """A bound cut the support short."""
 
     @property
     def rank(self) -> int:
@@ -155,49 +164,95 @@ def weakest_closure(*closures: SupportClosure) -> SupportClosure:
 
 class ObligationStatus(StrEnum):
     SATISFIED = "satisfied"
+    """Evidence found at the required coverage, with no shortfall gap."""
     PARTIAL = "partial"
+    """Some evidence found, with shortfall gaps."""
     UNSATISFIED = "unsatisfied"
+    """No evidence, or the obligation could not be served."""
     NOT_ATTEMPTED = "not_attempted"
+    """Not run: a cascade or fallback stage not needed, or a leg never started."""
 
 
 class EvidenceStatus(StrEnum):
     RETRIEVED_OBSERVATION = "retrieved_observation"
+    """Retrieved, with no claim about what it supports."""
     DERIVED_RELATION = "derived_relation"
+    """Reached through a graph relation (a join)."""
     CANDIDATE_FACT = "candidate_fact"
+    """Found by a support obligation; not yet corroborated."""
     CANDIDATE_REFUTATION = "candidate_refutation"
+    """Found by a refutation obligation; conflicting only where typed plan data or an ``oppose`` establishes it."""
     CORROBORATED_FACT = "corroborated_fact"
+    """Supported by the independent origins a ``corroborate`` requires."""
     CONFLICTING_EVIDENCE = "conflicting_evidence"
+    """A conflict established by an ``oppose`` that found the item on both sides, or by typed plan data."""
     STALE_EVIDENCE = "stale_evidence"
+    """Superseded, retracted or too old, and kept marked by a ``freshen``."""
     MISSING_EVIDENCE = "missing_evidence"
+    """Only as a gap: nothing was found."""
 
 
 class GapKind(StrEnum):
     TIMEOUT = "timeout"
+    """A leg did not answer within its own deadline (``leg_timeout_ms`` or the scan's ``deadline_ms``), or the backend
+    reported a timeout; absence of hits is not absence of evidence."""
     CANCELLED = "cancelled"
+    """A leg was still running when the plan's deadline (``budget.deadline_ms``) passed and was cancelled."""
     BACKEND_ERROR = "backend_error"
+    """A backend call failed (refused, dropped, garbled, or an error such as an embedding model other than the index's);
+    a join whose graph could not be read; a fallback with no stage answering."""
     POSTFILTER_ONLY_FILTER = "postfilter_only_filter"
+    """A hard filter the contract can apply only after ranking: fewer than k of the top candidates may survive it (the
+    detail says how many did); also a ``refine`` filter applied after its input."""
     UNSUPPORTED_FILTER = "unsupported_filter"
+    """No eligible contract can apply one of the obligation's hard filters at all; the obligation is unsatisfied."""
     NO_ELIGIBLE_BACKEND = "no_eligible_backend"
+    """No contract may serve the obligation: none serves its query class or query parts, none is within the pinned
+    version range, or none reaches the required coverage."""
     EGRESS_DENIED = "egress_denied"
+    """The only contracts that could serve an obligation with ``egress: local`` would send it off this machine."""
     STALE_EVIDENCE = "stale_evidence"
+    """A ``freshen`` dropped or marked evidence that is superseded, retracted or older than ``max_age_days``."""
     UNINDEXED_ROWS_SKIPPED = "unindexed_rows_skipped"
+    """An ANN search skipped rows added since its index was built; coverage ``partial_backend``."""
     RESOURCE_LIMITED = "resource_limited"
+    """A bound cut the answer: an exact lookup or graph match larger than k, a graph node budget met, a collapse that
+    read its row limit, or the plan deadline passed before the leg started."""
     WEAK_SOURCE = "weak_source"
+    """Source dependence could not be read (the graph is not open or failed), so ``corroborate`` counted each document
+    as its own origin or ``collapse: origin`` collapsed nothing; or ``corroborate`` left origins out (stale, below
+    its relevance floor)."""
     EARLY_STOP = "early_stop"
+    """A union stopped reading its inputs early under the threshold algorithm (I9); the detail says how deep sorted
+    access read. Same top k as a full read."""
     NOT_NEEDED = "not_needed"
+    """A cascade or fallback stage was not run because an earlier stage was sufficient or answered; the obligation is
+    ``not_attempted``."""
     MISSING_EVIDENCE = "missing_evidence"
+    """An obligation found no (current) evidence within its search, or a cascade found no sufficient stage, or an
+    ``oppose`` found nothing on one side; omitted is not false."""
     SNAPSHOT_MOVED = "snapshot_moved"
+    """A backend could not be read at the snapshot the plan was made at (the index moved on under the run); the leg is
+    refused."""
     SHARD_UNAVAILABLE = "shard_unavailable"
+    """A shard of a sharded instance failed, timed out or could not be read; ``covered_fraction`` says how much of the
+    instance the answer searched."""
     TRUNCATED_TEXT = "truncated_text"
+    """A document's text was longer than the embedding model reads: the tokens past its limit were never embedded, so a
+    vector search cannot find what they say."""
     UNKNOWN_AGE = "unknown_age"
+    """Under a ``max_age_days`` bound, a document has no date, so its age cannot be checked."""
     UNCHECKED_SUPERSESSION = "unchecked_supersession"
+    """Supersession by graph edge could not be checked (the graph is not open or could not be read)."""
 
 
 class GapSeverity(StrEnum):
     """`shortfall` gaps keep an obligation from `satisfied`; `caveat` gaps qualify it."""
 
     SHORTFALL = "shortfall"
+    """The gap keeps its obligation from ``satisfied``."""
     CAVEAT = "caveat"
+    """The gap qualifies an answer without making it fall short."""
 
 
 class ScoreKind(StrEnum):
