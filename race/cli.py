@@ -334,7 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="index the bundled corpus, explain and run the showcase plan")
     p.add_argument("--cache-dir", help="where the demo index lives (default: $RACE_CACHE_DIR or ~/.cache/race)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("completion", help='print a shell completion script: eval "$(race completion bash)"')
+    p.add_argument("shell", choices=["bash"])
+    p.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from race.completion import bash_completion
+
+    sys.stdout.write(bash_completion(build_parser()))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
