@@ -9,10 +9,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from race.arguments import CommandParser, port, seconds
+from race.arguments import CommandParser, seconds
 from race.attach import add_milvus_command
 from race.cli_evidence import add_evidence_commands
 from race.cli_index import add_index_commands
+from race.cli_serve import add_serve_command
 from race.version import __version__
 from rsc import GapKind, InputError, ObligationStatus, RaceError, ReplayError, canonical_pretty, most_specific
 
@@ -150,29 +151,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from race.serve import Faults, loopback_host, serve
-
-    loopback_host(args.host)
-    if args.fault_status is not None and not 400 <= args.fault_status <= 599:
-        raise InputError(f"{args.fault_status} is not an HTTP error status (400-599)", where="--fault-status")
-    faults = Faults(
-        delay_ms=args.fault_delay_ms,
-        status=args.fault_status,
-        truncate=args.fault_truncate,
-        drop=args.fault_drop,
-        first=args.fault_first,
-    )
-
-    def announce(url: str) -> None:
-        print(url, flush=True)
-        note = f"race serve: {args.index} on {url} (faults: {faults.describe()}); SIGTERM or Ctrl-C stops"
-        print(note, file=sys.stderr)
-
-    serve(Path(args.index), host=args.host, port=args.port, faults=faults, announce=announce)
-    return 0
 
 
 def cmd_rsc(args: argparse.Namespace) -> int:
@@ -319,17 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_evidence_commands(sub)
 
-    p = sub.add_parser("serve", help="serve an index's contracts over HTTP on loopback (race.remote/1)")
-    p.add_argument("--index", required=True, help="index directory built by `race index`")
-    p.add_argument("--port", type=port, default=0, help="TCP port (0: an ephemeral port, printed on stdout)")
-    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (only 127.0.0.0/8)")
-    faults = p.add_argument_group("fault injection (tests only; off by default; POST /v1/scan only)")
-    faults.add_argument("--fault-delay-ms", type=int, default=0, metavar="N", help="wait N ms before answering")
-    faults.add_argument("--fault-status", type=int, metavar="CODE", help="answer with this HTTP error status")
-    faults.add_argument("--fault-truncate", action="store_true", help="send only half the body, then close")
-    faults.add_argument("--fault-drop", action="store_true", help="close the connection without answering")
-    faults.add_argument("--fault-first", type=int, default=0, metavar="N", help="fault only the first N scans")
-    p.set_defaults(func=cmd_serve)
+    add_serve_command(sub)
 
     p = sub.add_parser("demo", help="index the bundled corpus, explain and run the showcase plan")
     p.add_argument("--cache-dir", help="where the demo index lives (default: $RACE_CACHE_DIR or ~/.cache/race)")

@@ -1,11 +1,14 @@
 """``race serve``: one local index's contracts over the remote protocol, on loopback only.
 
-The server runs the engine's own adapters for the index (through one anyio blocking
-portal shared by the request threads) and speaks ``race.remote/1`` (see
-``docs/remote-protocol.md`` and ``backends.remote.protocol``):
+The server runs the engine's own adapters for the index on one event loop, served by
+uvicorn (``race.serve_http``) through a starlette application (``race.serve_app``), and
+speaks ``race.remote/1`` (see ``docs/remote-protocol.md`` and ``backends.remote.protocol``):
 
 * ``GET /v1/contracts`` -> identity, current generation, the RSCs served, statistics;
 * ``POST /v1/scan`` with a ``ScanRequest`` for one served contract -> a ``ScanResponse``.
+
+Every bound (concurrency, queue, connections, backlog, timeouts, sizes) is a ``Limits``
+(``race.serve_limits``); over a bound, or on any failure, the answer is a protocol JSON error.
 
 Fault injection exists for tests and is off unless asked for: a delay, a fixed error
 status, a truncated body or a dropped connection, on every scan or only the first N.
@@ -14,35 +17,22 @@ Faults touch ``POST /v1/scan`` only, so a client can still connect and read gene
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-import json
 import os
 import signal
-import socket
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 from pydantic import ValidationError
 
 from backends import Adapter
-from backends.remote.protocol import (
-    CONTRACTS_PATH,
-    DEADLINE_HEADER,
-    ERROR_STATUS,
-    GENERATION_HEADER,
-    MAX_BODY_BYTES,
-    PROTOCOL_HEADER,
-    PROTOCOL_VERSION,
-    SCAN_PATH,
-    error_body,
-)
+from backends.remote.protocol import PROTOCOL_VERSION
+from race.serve_limits import DEFAULT_LIMITS, Limits, error
 from rsc import BackendError, BackendTimeout, InputError, RaceError, ScanRequest, fingerprint, first_validation_error
 
 
@@ -80,23 +70,20 @@ def loopback_host(host: str) -> str:
 
 
 class IndexService:
-    """The engine side of the server: the index's adapters, called through one portal."""
+    """The engine side of the server: the index's adapters, called on the server's event loop."""
 
-    def __init__(self, adapters: Mapping[str, Adapter], portal: BlockingPortal) -> None:
+    def __init__(self, adapters: Mapping[str, Adapter]) -> None:
         if not adapters:
             raise InputError("the index has no backends to serve")
         self.adapters = dict(sorted(adapters.items()))
-        self.portal = portal
         self._served = {c.ref: name for name, a in self.adapters.items() for c in a.index_contracts()}
-        self._lock = threading.Lock()
 
     @property
     def identity(self) -> str:
         return "race-serve:" + "+".join(a.identity for a in self.adapters.values())
 
     def generation(self) -> str:
-        with self._lock:
-            generations = {name: a.generation() for name, a in self.adapters.items()}
+        generations = {name: a.generation() for name, a in self.adapters.items()}
         return "race-serve:" + fingerprint(generations)
 
     def contracts_document(self) -> dict[str, Any]:
@@ -109,26 +96,28 @@ class IndexService:
             "statistics": [a.statistics().model_dump(mode="json") for a in self.adapters.values()],
         }
 
-    def scan(self, body: bytes, deadline_ms: int | None) -> tuple[int, dict[str, Any]]:
+    async def scan(self, body: bytes, deadline_ms: int | None) -> tuple[int, dict[str, Any]]:
         try:
             request = ScanRequest.model_validate_json(body)
         except ValidationError as exc:
-            return _error("bad_request", f"not a ScanRequest: {first_validation_error(exc)}")
+            return error("bad_request", f"not a ScanRequest: {first_validation_error(exc)}")
         ref = f"{request.rsc_id}@{request.rsc_version}"
         backend = self._served.get(ref)
         if backend is None or backend != request.backend:
-            return _error("unknown_contract", f"this server serves no contract {ref} on backend {request.backend!r}")
+            return error("unknown_contract", f"this server serves no contract {ref} on backend {request.backend!r}")
         adapter = self.adapters[backend]
         try:
-            result = self.portal.call(_scan, adapter, request, deadline_ms)
+            if deadline_ms is None:
+                result = await adapter.scan(request)
+            else:
+                with anyio.fail_after(deadline_ms / 1000.0):
+                    result = await adapter.scan(request)
         except TimeoutError:
-            return _error("timeout", f"{ref}: no answer within the client's deadline of {deadline_ms} ms")
+            return error("timeout", f"{ref}: no answer within the client's deadline of {deadline_ms} ms")
         except BackendTimeout as exc:
-            return _error("timeout", str(exc))
-        except BackendError as exc:
-            return _error("backend_error", str(exc))
-        except RaceError as exc:
-            return _error("backend_error", str(exc))
+            return error("timeout", str(exc))
+        except (BackendError, RaceError) as exc:
+            return error("backend_error", str(exc))
         return 200, {
             "schema_version": PROTOCOL_VERSION,
             "generation": self.generation(),
@@ -139,123 +128,48 @@ class IndexService:
         }
 
 
-async def _scan(adapter: Adapter, request: ScanRequest, deadline_ms: int | None) -> Any:
-    if deadline_ms is None:
-        return await adapter.scan(request)
-    with anyio.fail_after(deadline_ms / 1000.0):
-        return await adapter.scan(request)
+@dataclass
+class RunningServer:
+    """A started server: its bound address, and the way to stop it."""
 
-
-def _error(kind: str, message: str) -> tuple[int, dict[str, Any]]:
-    return ERROR_STATUS[kind], error_body(kind, message)
-
-
-class RaceHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # Bind exactly the loopback address asked for; never reuse a port another server holds.
-    allow_reuse_address = False
-
-    def __init__(self, address: tuple[str, int], service: IndexService, faults: Faults) -> None:
-        super().__init__(address, _Handler)
-        self.service = service
-        self.faults = faults
-        self.stopping = threading.Event()
-        self._count_lock = threading.Lock()
-        self._scans = 0
-
-    def next_scan_faulted(self) -> bool:
-        with self._count_lock:
-            self._scans += 1
-            return not self.faults.first or self._scans <= self.faults.first
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up (deadline passed) closes its socket: not a server error.
-        import sys
-
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: RaceHTTPServer
-    protocol_version = "HTTP/1.0"
-    server_version = "race-serve/1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def do_GET(self) -> None:
-        if self.path != CONTRACTS_PATH:
-            self._send(*_error("not_found", f"no resource {self.path}; try {CONTRACTS_PATH}"))
-            return
-        self._send(200, self.server.service.contracts_document())
-
-    def do_POST(self) -> None:
-        if self.path != SCAN_PATH:
-            self._send(*_error("not_found", f"no resource {self.path}; POST {SCAN_PATH}"))
-            return
-        length = self.headers.get("content-length", "")
-        if not length.isdigit():
-            self._send(*_error("bad_request", "a Content-Length header is required"))
-            return
-        if int(length) > MAX_BODY_BYTES:
-            self._send(*_error("too_large", f"request body over {MAX_BODY_BYTES} bytes"))
-            return
-        body = self.rfile.read(int(length))
-        deadline = self.headers.get(DEADLINE_HEADER, "")
-        deadline_ms = int(deadline) if deadline.isdigit() else None
-        faults = self.server.faults if self.server.next_scan_faulted() else Faults()
-        if faults.delay_ms and self.server.stopping.wait(faults.delay_ms / 1000.0):
-            return
-        if faults.drop:
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        if faults.status is not None:
-            self._send(faults.status, error_body("injected_fault", f"injected HTTP {faults.status} (--fault-status)"))
-            return
-        status, payload = self.server.service.scan(body, deadline_ms)
-        self._send(status, payload, truncate=faults.truncate)
-
-    def _send(self, status: int, payload: dict[str, Any], *, truncate: bool = False) -> None:
-        data = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header(PROTOCOL_HEADER, PROTOCOL_VERSION)
-        generation = payload.get("generation")
-        if isinstance(generation, str):
-            self.send_header(GENERATION_HEADER, generation)
-        self.end_headers()
-        # A truncated body keeps the full Content-Length, so the client sees the cut.
-        self.wfile.write(data[: len(data) // 2] if truncate else data)
-        if truncate:
-            self.close_connection = True
+    server_address: tuple[str, int]
+    service: IndexService
+    limits: Limits
 
 
 @contextmanager
 def running_server(
-    index_dir: Path, *, host: str = "127.0.0.1", port: int = 0, faults: Faults = Faults()
-) -> Iterator[RaceHTTPServer]:
-    """A started server for ``index_dir`` (serving on a thread); stopped when the block ends."""
+    index_dir: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    faults: Faults = Faults(),
+    limits: Limits = DEFAULT_LIMITS,
+) -> Iterator[RunningServer]:
+    """A started server for ``index_dir`` (its event loop on a thread); stopped when the block
+    ends: the listener closes, injected delays are cut short, in-flight requests finish."""
     from race.engine import Engine
+    from race.serve_app import build_app
+    from race.serve_http import ServerThread, listen
 
     bind = loopback_host(host)
-    adapters = Engine.open(index_dir).adapters
-    with start_blocking_portal() as portal:
-        service = IndexService(adapters, portal)
-        server = RaceHTTPServer((bind, port), service, faults)
-        thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="race-serve", daemon=True)
+    service = IndexService(Engine.open(index_dir).adapters)
+    sock = listen(bind, port, limits.backlog)
+    stopping = asyncio.Event()
+    thread = ServerThread(build_app(service, faults, limits, stopping), sock, limits)
+    try:
         thread.start()
-        try:
-            yield server
-        finally:
-            server.stopping.set()
-            server.shutdown()
-            server.server_close()
-            thread.join()
+    except BaseException:
+        sock.close()
+        raise
+    bound_host, bound_port = sock.getsockname()[:2]
+    try:
+        yield RunningServer((str(bound_host), int(bound_port)), service, limits)
+    finally:
+        if thread.loop is not None:
+            with suppress(RuntimeError):  # the loop has already ended
+                thread.loop.call_soon_threadsafe(stopping.set)
+        thread.stop()
 
 
 def serve(
@@ -264,6 +178,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     faults: Faults = Faults(),
+    limits: Limits = DEFAULT_LIMITS,
     announce: Callable[[str], None] = print,
 ) -> None:
     """A process's main loop: serve until SIGTERM or SIGINT; ``announce`` gets the base URL
@@ -283,7 +198,7 @@ def serve(
     for sig in stops:
         signal.signal(sig, _absorb)
     try:
-        with running_server(index_dir, host=host, port=port, faults=faults) as server:
+        with running_server(index_dir, host=host, port=port, faults=faults, limits=limits) as server:
             bound_host, bound_port = server.server_address[:2]
             announce(f"http://{bound_host!s}:{bound_port}")
             while os.read(wake_read, 1)[0] not in stops:

@@ -6,6 +6,11 @@ returns the raw ``Exchange`` (status, the headers that matter, the body bytes), 
 The runtime retains exchanges and replays them through the very same ``decode_exchange``, so
 a replayed answer is parsed exactly as the live one was.
 
+Clients: each instance keeps one pooled ``httpx.AsyncClient`` (``backends.remote.pool``),
+made at its first request, reused by every scan and generation read, closed by ``aclose``
+(the engine closes its adapters). The client timeout, the pool size and the egress class of
+the contracts are per instance, set at construction (a catalog sets them per instance).
+
 Native failures are translated here, at the adapter edge: httpx timeouts become
 ``BackendTimeout``; refused or dropped connections, truncated or malformed bodies and bad
 statuses become ``BackendUnavailable``. A partial response is never evidence.
@@ -27,8 +32,6 @@ from __future__ import annotations
 
 import copy
 import json
-import ssl
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Self
@@ -45,6 +48,7 @@ from backends.remote.decode import UPSTREAM as UPSTREAM
 from backends.remote.decode import Exchange as Exchange
 from backends.remote.decode import decode_exchange as decode_exchange
 from backends.remote.decode import upstream_request as upstream_request
+from backends.remote.pool import DEFAULT_MAX_CONNECTIONS, ClientPool
 from backends.remote.protocol import (
     CONTRACTS_PATH,
     DEADLINE_HEADER,
@@ -57,6 +61,7 @@ from rsc import (
     BackendTimeout,
     BackendUnavailable,
     Contract,
+    ContractEgress,
     ContractError,
     InputError,
     ScanRequest,
@@ -65,18 +70,6 @@ from rsc import (
     VersionRange,
     parse_contract,
 )
-
-_TLS: ssl.SSLContext | None = None
-_TLS_LOCK = threading.Lock()
-
-
-def _tls() -> ssl.SSLContext:
-    # Building the default context costs ~70 ms; one shared context keeps a client per scan cheap.
-    global _TLS
-    with _TLS_LOCK:
-        if _TLS is None:
-            _TLS = ssl.create_default_context()
-        return _TLS
 
 
 @dataclass(frozen=True)
@@ -153,11 +146,26 @@ class RemoteAdapter(Adapter):
 
     backend: ClassVar[str] = BACKEND
 
-    def __init__(self, base_url: str, info: ServerInfo, upstream: dict[str, Contract], *, timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        info: ServerInfo,
+        upstream: dict[str, Contract],
+        *,
+        timeout: float,
+        egress: ContractEgress = ContractEgress.REMOTE,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        pool: ClientPool | None = None,
+    ) -> None:
         self.base_url = base_url
         self.timeout = timeout
+        """Seconds the client waits to connect, for a free pooled connection, and between bytes."""
+        self.egress = egress
         self._info = info
         self._upstream = upstream
+        self._pool = pool if pool is not None else ClientPool(timeout=timeout, max_connections=max_connections)
+        if egress is not ContractEgress.REMOTE:
+            self.generated_contracts = tuple(c.model_copy(update={"egress": egress}) for c in self.contracts())
         self._pinned: str | None = None
         """The generation every answer must carry (a run's pinned adapter); ``None`` checks nothing."""
 
@@ -168,16 +176,39 @@ class RemoteAdapter(Adapter):
         return load_contracts_beside(__file__)
 
     @classmethod
-    def connect(cls, base_url: str, *, timeout: float = 5.0) -> Self:
+    def connect(
+        cls,
+        base_url: str,
+        *,
+        timeout: float = 5.0,
+        egress: ContractEgress = ContractEgress.REMOTE,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> Self:
         """Handshake with a server (blocking): read its contracts and check it backs ours.
 
-        An unreachable server is ``BackendUnavailable``; one that does not serve a declared
+        ``timeout`` (seconds), ``egress`` (the egress class of every contract this instance
+        serves) and ``max_connections`` (its pool) belong to this instance alone. An
+        unreachable server is ``BackendUnavailable``; one that does not serve a declared
         contract at a compatible version is a ``ContractError``.
         """
+        if not timeout > 0:
+            raise InputError(f"the client timeout must be positive seconds, not {timeout!r}", where="remote")
+        if max_connections < 1:
+            raise InputError(f"max_connections must be at least 1, not {max_connections}", where="remote")
         url = _base_url(base_url)
-        info = _fetch_info(url, timeout)
+        pool = ClientPool(timeout=timeout, max_connections=max_connections)
+        info = _fetch_info(pool, url)
         upstream = check_served(cls.contracts(), info.contracts, where=url)
-        return cls(url, info, upstream, timeout=timeout)
+        return cls(url, info, upstream, timeout=timeout, egress=egress, pool=pool)
+
+    @property
+    def pool(self) -> ClientPool:
+        """This instance's HTTP clients (its pinned copies share them)."""
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Close this instance's clients and their connections; a later request opens new ones."""
+        await self._pool.aclose()
 
     @classmethod
     def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
@@ -204,7 +235,7 @@ class RemoteAdapter(Adapter):
         if self._pinned is not None:
             return self._pinned
         try:
-            return _fetch_info(self.base_url, self.timeout).generation
+            return _fetch_info(self._pool, self.base_url).generation
         except BackendUnavailable:
             return UNKNOWN_GENERATION
 
@@ -214,8 +245,7 @@ class RemoteAdapter(Adapter):
             return self._pinned
         url = self.base_url + CONTRACTS_PATH
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, verify=_tls(), trust_env=False) as client:
-                response = await client.get(url)
+            response = await self._pool.client().get(url)
             if response.status_code == 200:
                 return _parse_info(response.content, where=url).generation
         except (httpx.HTTPError, BackendUnavailable):
@@ -268,8 +298,7 @@ class RemoteAdapter(Adapter):
             headers[DEADLINE_HEADER] = str(max(1, int((deadline - anyio.current_time()) * 1000)))
         body = sent.model_dump_json().encode()
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, verify=_tls(), trust_env=False) as client:
-                response = await client.post(url, content=body, headers=headers)
+            response = await self._pool.client().post(url, content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
                 f"{url}: no answer within the client timeout of {self.timeout:g} s ({type(exc).__name__})",
@@ -293,13 +322,12 @@ def _base_url(text: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 
-def _fetch_info(base_url: str, timeout: float) -> ServerInfo:
+def _fetch_info(pool: ClientPool, base_url: str) -> ServerInfo:
     url = base_url + CONTRACTS_PATH
     try:
-        with httpx.Client(timeout=timeout, verify=_tls(), trust_env=False) as client:
-            response = client.get(url)
+        response = pool.blocking().get(url)
     except httpx.TimeoutException as exc:
-        raise BackendUnavailable(f"no answer within {timeout:g} s", where=url) from exc
+        raise BackendUnavailable(f"no answer within {pool.timeout:g} s", where=url) from exc
     except httpx.HTTPError as exc:
         raise BackendUnavailable(f"cannot reach the server: {type(exc).__name__}: {exc}", where=url) from exc
     if response.status_code != 200:

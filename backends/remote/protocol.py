@@ -29,13 +29,18 @@ MAX_BODY_BYTES: Final = 1_048_576
 ERROR_STATUS: Final = {
     "bad_request": 400,
     "not_found": 404,
+    "method_not_allowed": 405,
+    "request_timeout": 408,
     "unknown_contract": 422,
     "too_large": 413,
+    "headers_too_large": 431,
     "backend_error": 502,
     "timeout": 504,
     "injected_fault": 503,
+    "overloaded": 503,
     "internal": 500,
 }
+"""``overloaded`` answers carry ``Retry-After``; the client may ask again after that many seconds."""
 
 
 class ScanResponse(Record):

@@ -20,7 +20,9 @@ from race.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 RACE = [sys.executable, "-m", "race.cli"]
-START_TIMEOUT_S = 30.0
+# Generous: on a loaded machine a server spends many seconds importing, and as long exiting.
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
 
 # Fault servers shared by the fault tests: name -> extra `race serve` flags.
 FAULTS: dict[str, tuple[str, ...]] = {
@@ -50,7 +52,7 @@ class Server:
         if not signalled and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout=10)
+            return self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

@@ -79,8 +79,9 @@ def test_generation_is_the_servers_advertised_one(server: Server) -> None:
 
 def test_connect_fails_closed_when_the_server_cannot_back_a_contract(server: Server) -> None:
     from backends.remote.adapter import _fetch_info, check_served
+    from backends.remote.pool import ClientPool
 
-    served = _fetch_info(server.url, 5.0).contracts
+    served = _fetch_info(ClientPool(timeout=5.0), server.url).contracts
     declared = RemoteAdapter.contracts()
     assert set(check_served(declared, served, where="test")) == {"remote.bm25", "remote.exact"}
     too_new = tuple(c.model_copy(update={"version": "2.0.0"}) if c.rsc_id == "tantivy.bm25" else c for c in served)
