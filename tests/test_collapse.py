@@ -19,6 +19,7 @@ from race.cli import main
 from race.engine import Engine
 from rsc import GapKind, GapSeverity
 from tests.changelogs import CHANGELOGS, build, documents, edges
+from tests.conftest import load_plan
 
 QUERY = "New upstream release symbols Updated"
 
@@ -150,3 +151,23 @@ def test_an_unknown_collapse_is_bad_input(index: Path, tmp_path: Path, capsys: p
     assert main(["run", str(path), "--index", str(index)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "node 'entries'" in err[0] and "collapse" in err[0], err
+
+
+def test_a_score_sum_union_collapses_its_ranking_as_its_inputs_do(session_engine: Engine) -> None:
+    """A score-sum union ranks its inputs' scans again from their hits: where the inputs
+    collapse by origin, so does the union's fused top k (bundled corpus, early_stop_union)."""
+    plain = session_engine.run_sync(load_plan("early_stop_union.json"))
+    plan = load_plan("early_stop_union.json")
+    for ob in plan["obligations"]:
+        ob["collapse"] = "origin"
+    got = session_engine.run_sync(plan)
+    graph = session_engine.adapters["graph"]
+    origins = graph.origins(sorted({e.hits[0].doc_id for e in plain.evidence}))  # type: ignore[attr-defined]
+    first: dict[str, list[str]] = {}
+    for e in plain.evidence:
+        first.setdefault(origins[e.hits[0].doc_id], []).append(e.key)
+    assert [e.key for e in got.evidence] == [members[0] for members in first.values()]
+    assert len(got.evidence) < len(plain.evidence), "the fixture's point: the top k shares origins"
+    for e in got.evidence:
+        listed = [c.key for c in e.collapsed.copies] if e.collapsed else []
+        assert listed == first[str(e.origin)][1:]
