@@ -341,7 +341,7 @@ def _plan(text: str, k: int, *, allow: str, query_class: str = "lexical", leg_ms
         ],
     }
     if leg_ms is not None:
-        plan["budget"] = {"leg_timeout_ms": leg_ms}
+        plan["budget"] = {"leg_timeout_ms": leg_ms, "deadline_ms": max(2 * leg_ms, 10_000)}
     return plan
 
 
@@ -399,7 +399,9 @@ async def test_killed_vector_shard_equals_an_index_of_the_survivors(
     survivors = _lance(vectors, ["survivors"])[0]
     fraction = _rows(spec, [lb for lb in labels if lb != killed]) / _rows(spec, labels)
     for text in spec["queries"]:
-        receipt = await engine.run(_plan(text, spec["k"], allow="vecs.lancedb.exact_matrix", query_class="conceptual"))
+        # Each shard embeds the query cold at its first scan: deadlines are not the question here.
+        plan = _plan(text, spec["k"], allow="vecs.lancedb.exact_matrix", query_class="conceptual", leg_ms=120_000)
+        receipt = await engine.run(plan)
         _check_partial(receipt, killed, GapKind.BACKEND_ERROR, fraction)
         want = await _scan(survivors, "lancedb.exact_matrix", text, spec["k"])
         assert [e.key for e in receipt.evidence] == [h.key for h in want]
@@ -542,3 +544,36 @@ async def test_a_shard_that_moved_after_planning_is_refused_alone(bm25: dict[str
     for hit in result.hits:
         label = hit.custody.index_identity.split(":", 1)[0].split("/", 1)[1]
         assert hit.custody.index_generation == planned_of[label]
+
+
+@pytest.mark.parametrize("early_stop", [True, False], ids=["early-stop", "full"])
+async def test_score_sum_union_over_sharded_vectors_equals_one_table(
+    vectors: tuple[dict[str, Path], _MemoMiniLM], early_stop: bool
+) -> None:
+    """A union fused by score sum reads its inputs by sorted and random access (Fagin's threshold
+    algorithm): through the scatter, every depth and every random access answers what one
+    table answers, so the fused evidence is the same."""
+    plan = json.loads((FIXTURES / "plans" / "early_stop_union.json").read_text())
+    # Each shard embeds the query and scores cold at its first scan: deadlines are not the question here.
+    plan["budget"] = {"deadline_ms": 300_000, "leg_timeout_ms": 120_000}
+    labels = list(SPEC["vectors"]["shards"])
+    sharded = Engine({"lancedb": ShardedAdapter("lancedb", _lance(vectors, labels))}, early_stop=early_stop)
+    single = Engine({"lancedb": _lance(vectors, ["full"])[0]}, early_stop=early_stop)
+    got, want = await sharded.run(plan), await single.run(plan)
+
+    def evidence(receipt: Any) -> list[tuple[Any, ...]]:
+        return [
+            (e.key, e.rank, e.status, e.fusion.method, e.fusion.score, tuple(sorted(e.fusion.similarities.items())))
+            for e in receipt.evidence
+        ]
+
+    assert all(o.status is ObligationStatus.SATISFIED for o in want.obligations)
+    assert all(o.status is ObligationStatus.SATISFIED for o in want.operators)
+    assert evidence(got) == evidence(want)
+    assert evidence(got)
+    assert [(o.id, o.status, o.search_coverage) for o in got.obligations] == [
+        (o.id, o.status, o.search_coverage) for o in want.obligations
+    ]
+    assert [(o.id, o.status, o.early_stop) for o in got.operators] == [
+        (o.id, o.status, o.early_stop) for o in want.operators
+    ]
