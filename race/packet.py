@@ -105,7 +105,11 @@ def token_counter(name: str = DEFAULT_TOKENIZER) -> TokenCounter:
 
 
 def origin_components(corpus: Path) -> dict[str, str]:
-    """Document id -> its origin component (the smallest id joined to it by ``derived_from``)."""
+    """Document id -> its origin component (the smallest id joined to it by a relation the
+    corpus schema gives the ``derived_from`` role)."""
+    from backends.schema import RelationRole, load_schema
+
+    lineage = set(load_schema(corpus).relations_with(RelationRole.DERIVED_FROM))
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -122,7 +126,7 @@ def origin_components(corpus: Path) -> dict[str, str]:
             if not line.strip():
                 continue
             edge = json.loads(line)
-            if edge.get("relation") == "derived_from":
+            if edge.get("relation") in lineage:
                 a, b = find(str(edge["src"])), find(str(edge["dst"]))
                 if a != b:
                     parent[max(a, b)] = min(a, b)

@@ -164,3 +164,15 @@ def test_without_a_superseding_relation_there_is_nothing_to_check() -> None:
     assert reasons == {} and gaps == ()
     _, unchecked = stale_reasons([item], as_of=AS_OF, max_age_days=None, lineage=None, node="o")
     assert [g.kind for g in unchecked] == [GapKind.UNCHECKED_SUPERSESSION]
+
+
+def test_the_packet_groups_origins_by_the_derived_from_role() -> None:
+    from race.packet import origin_components
+
+    components: dict[str, set[str]] = {}
+    for src, dst in edges("copied_from"):
+        components.setdefault(dst, {dst}).add(src)
+    expected = {doc: min(members) for members in components.values() for doc in members}
+    assert origin_components(CHANGELOGS) == expected
+    # A relation named like a role but declared without one joins nothing.
+    assert not {d for pair in edges("supersedes") for d in pair} & set(origin_components(CHANGELOGS))
