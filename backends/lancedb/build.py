@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import warnings
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -229,6 +231,11 @@ def update_table(
         table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
     # Every row's custody names the corpus revision it was indexed under: the new one.
     table.update(values={"corpus_revision": corpus.revision})
+    # The copy being updated is read by nobody yet: compact its fragments and drop the files
+    # only older versions use, so updates do not pile up copies of the table.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"optimize\(cleanup_older_than=0\)")
+        table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
     finish_table(table, corpus, path, embedder, embedded=embedded)
     return embedded
 
