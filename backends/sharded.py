@@ -44,6 +44,7 @@ import anyio
 
 from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
 from backends.corpus import Corpus
+from backends.embedding import QueryVectors
 from backends.sharded_scan import SHARD_SHARE, Shard, scatter
 from rsc import (
     BackendStatistics,
@@ -52,6 +53,7 @@ from rsc import (
     InputError,
     ScanRequest,
     ScanResult,
+    fingerprint,
 )
 
 _NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -109,6 +111,7 @@ class ShardedAdapter(Adapter):
         self._shards = tuple(shards)
         self._contracts, self._inner_ids = _contracts(name, self.kind, self.labels, shards)
         self.corpus_schema = shards[0].corpus_schema
+        _one_query_embedding(shards)
         self._stats = [s.statistics() for s in shards]
         self._rows = tuple(stats.rows for stats in self._stats)
         self._pinned_generation: str | None = None
@@ -327,6 +330,22 @@ def _contracts(
         )
         inner[own] = rsc_id
     return tuple(out), inner
+
+
+def _one_query_embedding(shards: Sequence[Adapter]) -> None:
+    """Vector shards built with one model embed a query once for the whole instance: they share
+    the first shard's query-vector cache (``backends.embedding.QueryVectors``; concurrent shards
+    wait for one embedding), so a query is one model call, not one per shard (I10). Shards of
+    other kinds, wrapped shards and shards built with different models are left as they are."""
+    caches = [vars(s).get("_queries") for s in shards]
+    first = caches[0]
+    if len(shards) < 2 or not isinstance(first, QueryVectors) or not all(isinstance(c, QueryVectors) for c in caches):
+        return
+    models = [getattr(s, "embedder_identity", None) for s in shards]
+    if any(m is None for m in models) or len({fingerprint(m) for m in models}) != 1:
+        return
+    for shard in shards[1:]:
+        vars(shard)["_queries"] = first
 
 
 def _read(shard: Adapter) -> str:

@@ -577,3 +577,20 @@ async def test_score_sum_union_over_sharded_vectors_equals_one_table(
     assert [(o.id, o.status, o.early_stop) for o in got.operators] == [
         (o.id, o.status, o.early_stop) for o in want.operators
     ]
+
+
+async def test_vector_shards_embed_a_query_once_for_the_instance(vectors: tuple[dict[str, Path], _MemoMiniLM]) -> None:
+    labels = list(SPEC["vectors"]["shards"])
+    shards = _lance(vectors, labels)
+    sharded = ShardedAdapter("vecs", shards)
+    contract = _contract(sharded, "vecs.lancedb.exact_matrix")
+    text = "a query no other test asks: which component owns the lease clock"
+    first = await sharded.scan(_request(contract, text, 3))
+    again = await sharded.scan(_request(contract, text, 3))
+    # One model call for the three shards, none for the same text again (I10).
+    assert (first.model_calls, again.model_calls) == (1, 0)
+    assert _ranked(first.hits) == _ranked(again.hits)
+    # Unshared, each shard embeds the query itself.
+    alone = _lance(vectors, labels)
+    calls = [(await s.scan(_request(_contract(s, "lancedb.exact_matrix"), text, 3))).model_calls for s in alone]
+    assert calls == [1, 1, 1]
