@@ -50,6 +50,7 @@ from rsc import (
     BackendStatistics,
     BackendUnavailable,
     Contract,
+    CoverageClaim,
     InputError,
     ScanRequest,
     ScanResult,
@@ -251,6 +252,7 @@ class ShardedAdapter(Adapter):
             inner=request.model_copy(update={"rsc_id": inner_id, "backend": self.kind}),
             ordering=contract.ordering,
             share=self.shard_share,
+            exhaustive_set=contract.coverage.claim is CoverageClaim.EXHAUSTIVE_SET,
         )
         generation = self._pinned_generation or combine(self.labels, result.shard_generations)
         return result.result.model_copy(update={"generation": generation})

@@ -58,7 +58,13 @@ class Scattered:
 
 
 async def scatter(
-    request: ScanRequest, shards: Sequence[Shard], *, inner: ScanRequest, ordering: str, share: float
+    request: ScanRequest,
+    shards: Sequence[Shard],
+    *,
+    inner: ScanRequest,
+    ordering: str,
+    share: float,
+    exhaustive_set: bool = False,
 ) -> Scattered:
     """``inner`` sent to every shard concurrently, the answers merged into ``request``'s."""
     deadline = anyio.current_effective_deadline()
@@ -71,7 +77,7 @@ async def scatter(
     async with anyio.create_task_group() as tg:
         for i in range(len(shards)):
             tg.start_soon(one, i)
-    return _merge(request, inner, shards, answers, ordering)
+    return _merge(request, inner, shards, answers, ordering, exhaustive_set)
 
 
 async def _ask(adapter: Adapter, inner: ScanRequest, budget: float | None) -> ScanResult | _Failure:
@@ -113,6 +119,7 @@ def _merge(
     shards: Sequence[Shard],
     answers: Sequence[ScanResult | _Failure],
     ordering: str,
+    exhaustive_set: bool,
 ) -> Scattered:
     ref, inner_ref = f"{request.rsc_id}@{request.rsc_version}", f"{inner.rsc_id}@{inner.rsc_version}"
     expected = request_fingerprint(inner)
@@ -152,6 +159,11 @@ def _merge(
     answered = [a for a in answers if isinstance(a, ScanResult)]
     totals = [a.total_matches for a in answered]
     complete = not failed and all(t is not None for t in totals)
+    if exhaustive_set and len(merged) > len(cut):
+        # A whole match set cut at k is a shortfall, never a silent cut.
+        matched = sum(t for t in totals if t is not None) if complete else len(merged)
+        why = f"{ref}: the shards' exact lookups matched {matched} chunks; k={request.k} returned {len(hits)}"
+        gaps.append(_gap(request, GapKind.RESOURCE_LIMITED, why))
     return Scattered(
         result=ScanResult(
             hits=hits,

@@ -594,3 +594,24 @@ async def test_vector_shards_embed_a_query_once_for_the_instance(vectors: tuple[
     alone = _lance(vectors, labels)
     calls = [(await s.scan(_request(_contract(s, "lancedb.exact_matrix"), text, 3))).model_calls for s in alone]
     assert calls == [1, 1, 1]
+
+
+@pytest.mark.parametrize("k", [20, 1000])
+async def test_exact_lookup_across_shards_is_the_whole_set_in_key_order_and_a_cut_is_a_gap(
+    bm25: dict[str, Path], k: int
+) -> None:
+    labels = list(SPEC["bm25"]["shards"])
+    sharded = ShardedAdapter("shards", _tantivy(bm25, labels))
+    full = TantivyAdapter.open(bm25["full"])
+    ids = tuple(sorted({d for docs in SPEC["bm25"]["shards"].values() for d in docs}))
+    mine, theirs = _contract(sharded, "shards.tantivy.exact"), _contract(full, "tantivy.exact")
+    got = await sharded.scan(_request(mine, "ids", k).model_copy(update={"query": Query(ids=ids)}))
+    want = await full.scan(_request(theirs, "ids", k).model_copy(update={"query": Query(ids=ids)}))
+    assert [h.key for h in got.hits] == [h.key for h in want.hits] == sorted(h.key for h in want.hits)
+    assert got.total_matches == want.total_matches
+    limited = [g for g in got.gaps if g.kind is GapKind.RESOURCE_LIMITED and "shard " not in g.detail]
+    if want.total_matches is not None and want.total_matches > k:
+        assert [g.kind for g in want.gaps] == [GapKind.RESOURCE_LIMITED]
+        assert len(limited) == 1 and f"matched {want.total_matches} chunks; k={k} returned {k}" in limited[0].detail
+    else:
+        assert not want.gaps and not got.gaps
