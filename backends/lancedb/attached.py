@@ -167,9 +167,10 @@ class AttachedLanceAdapter(Adapter):
 
     def _check_vectors(self, handle: Any, where: str) -> None:
         """The embedder named for the table must be the one its vectors came from: the text of a
-        few rows (the first ``_CHECKED_ROWS`` by id), embedded now, must give their stored vectors."""
-        rows = handle.search().select([self._mapping.id, self._mapping.text, self._vector]).limit(None).to_arrow()
-        ordered = sorted(rows.to_pylist(), key=lambda r: str(r[self._mapping.id]))[:_CHECKED_ROWS]
+        few rows (the first ``_CHECKED_ROWS`` the table holds), embedded now, must give their
+        stored vectors. Reading a few rows keeps attaching a large table cheap."""
+        rows = handle.search().select([self._mapping.id, self._mapping.text, self._vector]).limit(_CHECKED_ROWS)
+        ordered = rows.to_arrow().to_pylist()
         if not ordered:
             return
         fresh = self._embedder.embed([str(r[self._mapping.text] or "") for r in ordered])
