@@ -8,6 +8,9 @@ union of the shards' rows. The merged hits are renumbered and carry the instance
 in their custody; each keeps the generation of the shard snapshot it came from, and its
 ``index_identity`` names the shard.
 
+When no shard answers, the scan fails as one backend's would (``BackendTimeout`` when every
+shard timed out, else ``BackendUnavailable``), naming every shard's failure.
+
 Nothing here depends on which shard finished first: answers are kept by shard position, the
 merge is a sort, and gaps are listed in shard order.
 """
@@ -24,6 +27,7 @@ import anyio
 from backends.base import UNKNOWN_GENERATION, Adapter, request_fingerprint
 from rsc import (
     BackendTimeout,
+    BackendUnavailable,
     Gap,
     GapKind,
     Hit,
@@ -77,6 +81,14 @@ async def scatter(
     async with anyio.create_task_group() as tg:
         for i in range(len(shards)):
             tg.start_soon(one, i)
+    failures = [(shard, a) for shard, a in zip(shards, answers, strict=True) if isinstance(a, _Failure)]
+    if len(failures) == len(shards):
+        # No shard answered: the instance failed, as one backend that does not answer fails its leg.
+        why = "; ".join(f"shard {shard.label}: {f.why}" for shard, f in failures)
+        where = f"{request.rsc_id}@{request.rsc_version}"
+        if all(f.kind is GapKind.TIMEOUT for _, f in failures):
+            raise BackendTimeout(f"no shard of {request.backend!r} answered ({why})", where=where)
+        raise BackendUnavailable(f"no shard of {request.backend!r} answered ({why})", where=where)
     return _merge(request, inner, shards, answers, ordering, exhaustive_set)
 
 

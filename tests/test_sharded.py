@@ -615,3 +615,19 @@ async def test_exact_lookup_across_shards_is_the_whole_set_in_key_order_and_a_cu
         assert len(limited) == 1 and f"matched {want.total_matches} chunks; k={k} returned {k}" in limited[0].detail
     else:
         assert not want.gaps and not got.gaps
+
+
+async def test_no_shard_answering_fails_the_leg_as_one_backend_would(bm25: dict[str, Path]) -> None:
+    labels = list(SPEC["bm25"]["shards"])
+    shards: list[Adapter] = []
+    for i, shard in enumerate(_tantivy(bm25, labels)):
+        down = FaultyAdapter(inner=shard, faults={"o": raise_task(ConnectionResetError(f"shard {i} down"))})
+        down.generated_contracts = shard.index_contracts()
+        shards.append(down)
+    engine = Engine({"shards": ShardedAdapter("shards", shards)})
+    receipt = await engine.run(_plan(SPEC["bm25"]["queries"][0], 5, allow="shards.tantivy.bm25"))
+    (ob,) = receipt.obligations
+    assert ob.status is ObligationStatus.UNSATISFIED
+    assert not receipt.evidence
+    (failure,) = [g for g in ob.gaps if g.kind is GapKind.BACKEND_ERROR]
+    assert all(f"shard {lb}: ConnectionResetError: shard {i} down" in failure.detail for i, lb in enumerate(labels))
