@@ -78,7 +78,8 @@ def add_serve_command(sub: Any) -> None:
         ("--max-headers", positive, d.max_headers, "N", "request header count; over it 431"),
     ]
     for flag, kind, default, metavar, text in bounds:
-        b.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{text} (default {default:g})")
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        b.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{text} (default {shown})")
     faults = p.add_argument_group("fault injection (tests only; off by default; POST /v1/scan only)")
     faults.add_argument("--fault-delay-ms", type=int, default=0, metavar="N", help="wait N ms before answering")
     faults.add_argument("--fault-status", type=int, metavar="CODE", help="answer with this HTTP error status")

@@ -191,6 +191,9 @@ def serve(
     deadlock on the event's own lock. Signals that arrive during the shutdown are absorbed,
     so a repeated SIGTERM cannot turn a clean exit into a killed one.
     """
+    from race.serve_http import raise_open_files
+
+    raise_open_files(limits)
     stops = (signal.SIGTERM, signal.SIGINT)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)

@@ -145,6 +145,19 @@ def protocol_for(limits: Limits) -> type[RaceProtocol]:
     return type("BoundedRaceProtocol", (RaceProtocol,), {"limits": limits})
 
 
+def raise_open_files(limits: Limits) -> None:
+    """Lift the soft limit of open files towards the hard one, so that ``max_connections``
+    connections (each a file) plus the index's own files fit; never lowers it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = limits.max_connections + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        if ceiling > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+
+
 def listen(host: str, port: int, backlog: int) -> socket.socket:
     """The listening socket. ``SO_REUSEADDR``: a restart binds the port at once, past the old
     server's connections in TIME_WAIT; a port another live server listens on is still refused."""
