@@ -16,7 +16,7 @@ import pytest
 
 from planner import render_text
 from race.engine import Engine
-from rsc import ScanRequest
+from rsc import Query, ScanRequest
 from tests.backends.attached import build_lance_table, license_rows
 from tests.conftest import FIXTURES
 
@@ -124,5 +124,43 @@ def test_union_of_tantivy_an_attached_lancedb_table_and_milvus(
                 row["digest"],
             )
             assert c.rsc == "tickets.lancedb.flat_prefilter@1.0.0" and not c.absent
+    finally:
+        anyio.run(engine.aclose)
+
+
+def test_two_milvus_instances_with_their_own_index_types_and_contracts(
+    milvus_instances: dict[str, Any], milvus_flat: Any, milvus_ann: Any, tmp_path: Path
+) -> None:
+    folders = milvus_instances["folders"]
+    catalog = tmp_path / "two.toml"
+    catalog.write_text(
+        'schema_version = "race.catalog/1"\n'
+        f'[instances.exact]\nkind = "milvus"\nlocation = "{folders["FLAT"]}"\n'
+        f'[instances.graph_ann]\nkind = "milvus"\nlocation = "{folders["HNSW"]}"\n'
+    )
+    engine = Engine.from_catalog(catalog)
+    try:
+        by_id = {c.rsc_id: c for c in engine.contracts()}
+        assert sorted(by_id) == ["exact.milvus.flat_prefilter", "graph_ann.milvus.ann_filtered"]
+        assert by_id["exact.milvus.flat_prefilter"].coverage.claim.value == "exhaustive_topk"
+        assert by_id["graph_ann.milvus.ann_filtered"].coverage.claim.value == "approximate"
+        text = "the broker ran out of memory and was killed"
+        for name, direct, own in (
+            ("exact", milvus_flat, "milvus.flat_prefilter"),
+            ("graph_ann", milvus_ann, "milvus.ann_filtered"),
+        ):
+            contract = by_id[f"{name}.{own}"]
+            request = ScanRequest(
+                obligation="t",
+                rsc_id=contract.rsc_id,
+                rsc_version=contract.version,
+                backend=name,
+                mode=contract.mode,
+                query=Query(text=text),
+                k=5,
+            )
+            answer = anyio.run(engine.adapters[name].scan, request)
+            assert {h.custody.backend for h in answer.hits} == {name}
+            assert [(h.chunk_id, h.custody.score) for h in answer.hits] == _direct(direct, request, own, "milvus")
     finally:
         anyio.run(engine.aclose)
