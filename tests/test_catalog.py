@@ -277,6 +277,8 @@ def test_two_instances_of_one_kind_with_their_own_schemas_and_contracts(
     from planner import render_text
 
     explain = render_text(engine.plan_sync(plan))
+    # Deterministic: an engine opened afresh from the same catalog plans the same bytes.
+    assert render_text(Engine.from_catalog(tmp_path / "catalog.json").plan_sync(plan)) == explain
     assert "scan d [G2] docs.tantivy.bm25@1.0.0 mode=bm25" in explain
     assert "scan l [G3] licenses.tantivy.bm25@1.0.0 mode=bm25 k=3 pushed=[team = 'legal']" in explain
     assert "generation  docs: tantivy:" in explain and "generation  licenses: licenses:" in explain
