@@ -5,7 +5,7 @@ scans and generation reads, made on first use and kept (with its open connection
 An ``AsyncClient``'s connections belong to the event loop they were opened on. Code that
 runs each call on a fresh loop (``Engine.run_sync`` calls ``anyio.run``) gets a client per
 loop: each is reused by every request made on its loop, and one whose loop has ended is
-dropped with that loop (its sockets close as it is collected). ``aclose`` closes the client
+dropped at the next request (its sockets close as it is collected). ``aclose`` closes the client
 of the loop it runs on and drops the others.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
-import weakref
 from typing import Final
 
 import httpx
@@ -41,9 +40,7 @@ class ClientPool:
     def __init__(self, *, timeout: float, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.timeout = timeout
         self.limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._blocking: httpx.Client | None = None
         self._lock = threading.Lock()
         self.opened = 0
@@ -53,6 +50,7 @@ class ClientPool:
         """The pooled client of the running event loop, made on first use."""
         loop = asyncio.get_running_loop()
         with self._lock:
+            self._drop_ended()
             client = self._clients.get(loop)
             if client is None or client.is_closed:
                 client = httpx.AsyncClient(timeout=self.timeout, limits=self.limits, verify=tls(), trust_env=False)
@@ -67,10 +65,16 @@ class ClientPool:
                 self._blocking = httpx.Client(timeout=self.timeout, limits=self.limits, verify=tls(), trust_env=False)
             return self._blocking
 
+    def _drop_ended(self) -> None:
+        # A client holds its loop (through its connections), so the pool lets go of it by hand.
+        for ended in [loop for loop in self._clients if loop.is_closed()]:
+            del self._clients[ended]
+
     @property
     def open_clients(self) -> int:
-        """``AsyncClient``s made and not yet closed."""
+        """``AsyncClient``s made, not closed, on a loop that has not ended."""
         with self._lock:
+            self._drop_ended()
             return sum(1 for c in self._clients.values() if not c.is_closed)
 
     async def aclose(self) -> None:

@@ -113,6 +113,16 @@ async def test_instances_have_their_own_clients_timeouts_and_egress(
         assert adapter.pool.open_clients == 0
 
 
+def test_a_client_per_event_loop_and_none_kept_past_its_loop(server: Server) -> None:
+    """``run_sync`` runs each call on a fresh loop: a client each, the ended loops' dropped."""
+    import anyio
+
+    remote = RemoteAdapter.connect(server.url)
+    hits = [anyio.run(remote.scan, remote_request()).hits for _ in range(3)]
+    assert hits[0] and hits == [hits[0]] * 3
+    assert remote.pool.opened == 3 and remote.pool.open_clients == 0
+
+
 @pytest.mark.parametrize(("options", "words"), [({"timeout": 0.0}, "timeout"), ({"max_connections": 0}, "max_conn")])
 def test_bad_instance_options_are_refused(server: Server, options: dict[str, float], words: str) -> None:
     with pytest.raises(InputError, match=words):
