@@ -252,10 +252,21 @@ class ShardedAdapter(Adapter):
             inner=request.model_copy(update={"rsc_id": inner_id, "backend": self.kind}),
             ordering=contract.ordering,
             share=self.shard_share,
+            generation=self._instance_generation,
             exhaustive_set=contract.coverage.claim is CoverageClaim.EXHAUSTIVE_SET,
         )
-        generation = self._pinned_generation or combine(self.labels, result.shard_generations)
-        return result.result.model_copy(update={"generation": generation})
+        return result.result
+
+    def _instance_generation(self, answered: Sequence[str]) -> str:
+        """The pinned generation, or (unpinned) the one the shards' answers name."""
+        return self._pinned_generation or combine(self.labels, answered)
+
+    def forget_query_vectors(self) -> None:
+        """Drop the shards' kept query vectors (benchmarks compare cold embedding)."""
+        for shard in self._shards:
+            forget = getattr(shard, "forget_query_vectors", None)
+            if callable(forget):
+                forget()
 
     async def aclose(self) -> None:
         for shard in self._shards:

@@ -4,9 +4,9 @@ Each shard is sent the instance's request as its own contract's (same query, fil
 gets ``share`` of the time left before the scan's deadline, so a shard that hangs is given up
 while there is still time to merge the others. Each shard answers its exact top-k; the first k
 of their union, in the contract's order with ties broken by evidence key, is the top-k of the
-union of the shards' rows. The merged hits are renumbered and carry the instance's request
-in their custody; each keeps the generation of the shard snapshot it came from, and its
-``index_identity`` names the shard.
+union of the shards' rows. The merged hits are renumbered and carry the instance's request and
+generation (which names every shard's) in their custody; ``index_identity`` names the shard a
+hit came from.
 
 When no shard answers, the scan fails as one backend's would (``BackendTimeout`` when every
 shard timed out, else ``BackendUnavailable``), naming every shard's failure.
@@ -18,7 +18,7 @@ merge is a sort, and gaps are listed in shard order.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -68,9 +68,12 @@ async def scatter(
     inner: ScanRequest,
     ordering: str,
     share: float,
+    generation: Callable[[Sequence[str]], str],
     exhaustive_set: bool = False,
 ) -> Scattered:
-    """``inner`` sent to every shard concurrently, the answers merged into ``request``'s."""
+    """``inner`` sent to every shard concurrently, the answers merged into ``request``'s.
+    ``generation`` names the instance's snapshot from the shards' answers (``unknown`` for a
+    shard that failed): what the answer and every merged hit carry."""
     deadline = anyio.current_effective_deadline()
     budget = (deadline - anyio.current_time()) * share if math.isfinite(deadline) else None
     answers: list[ScanResult | _Failure] = [_Failure(GapKind.BACKEND_ERROR, "not asked")] * len(shards)
@@ -89,7 +92,7 @@ async def scatter(
         if all(f.kind is GapKind.TIMEOUT for _, f in failures):
             raise BackendTimeout(f"no shard of {request.backend!r} answered ({why})", where=where)
         raise BackendUnavailable(f"no shard of {request.backend!r} answered ({why})", where=where)
-    return _merge(request, inner, shards, answers, ordering, exhaustive_set)
+    return _merge(request, inner, shards, answers, ordering, exhaustive_set, generation)
 
 
 async def _ask(adapter: Adapter, inner: ScanRequest, budget: float | None) -> ScanResult | _Failure:
@@ -132,6 +135,7 @@ def _merge(
     answers: Sequence[ScanResult | _Failure],
     ordering: str,
     exhaustive_set: bool,
+    generation: Callable[[Sequence[str]], str],
 ) -> Scattered:
     ref, inner_ref = f"{request.rsc_id}@{request.rsc_version}", f"{inner.rsc_id}@{inner.rsc_version}"
     expected = request_fingerprint(inner)
@@ -165,7 +169,9 @@ def _merge(
             seen.add(hit.key)
             merged.append((label, hit))
     cut = merged[: request.k]
-    shared = {"backend": name, "rsc": ref, "request": request_fingerprint(request)}
+    shard_generations = tuple(a.generation if isinstance(a, ScanResult) else UNKNOWN_GENERATION for a in answers)
+    instance = generation(shard_generations)
+    shared = {"backend": name, "rsc": ref, "request": request_fingerprint(request), "index_generation": instance}
     hits = tuple(_relabel(hit, label, rank, shared) for rank, (label, hit) in enumerate(cut, start=1))
     gaps += _unavailable(request, ref, shards, failed)
     answered = [a for a in answers if isinstance(a, ScanResult)]
@@ -181,11 +187,11 @@ def _merge(
             hits=hits,
             gaps=tuple(gaps),
             model_calls=sum(a.model_calls for a in answered),
-            generation=UNKNOWN_GENERATION,
+            generation=instance,
             total_matches=sum(t for t in totals if t is not None) if complete else None,
             exhausted=not failed and all(a.exhausted for a in answered) and len(cut) == len(merged),
         ),
-        shard_generations=tuple(a.generation if isinstance(a, ScanResult) else UNKNOWN_GENERATION for a in answers),
+        shard_generations=shard_generations,
     )
 
 
