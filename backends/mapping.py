@@ -135,3 +135,14 @@ def mapped_hits(
             }
         )
     return _HITS.validate_python(raw)
+
+
+def identity_operand(value: object, *, numeric: bool) -> object:
+    """A ``chunk_id``/``doc_id`` filter operand (always text, as hits carry ids) as a value of an
+    id column: a number where the column holds numbers, so ``chunk_id = "5"`` finds row 5."""
+    if numeric and isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value

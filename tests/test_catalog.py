@@ -365,3 +365,47 @@ def test_a_sharded_instance_is_declared_by_its_shard_directories(tmp_path: Path)
             where="cat.json",
             toml=False,
         )
+
+
+def test_numeric_ids_answer_identity_filters_given_as_text(attached_sources: dict[str, Any], tmp_path: Path) -> None:
+    """Hits carry ids as text; an id column of numbers still answers ``chunk_id = "7"``."""
+    import lancedb
+    import pyarrow as pa
+    import tantivy
+
+    from rsc import Filter
+
+    rows = attached_sources["rows"][:12]
+    vectors = attached_sources["vectors"][:12]
+    flat = pa.array(vectors.astype("float32").ravel())
+    table = pa.table(
+        {
+            "ticket_no": list(range(1, 13)),
+            "body": [r["body"] for r in rows],
+            "embedding": pa.FixedSizeListArray.from_arrays(flat, int(vectors.shape[1])),
+        }
+    )
+    lancedb.connect(str(tmp_path / "lake")).create_table("numbered", table)
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("ticket_no", stored=True, indexed=True)
+    builder.add_text_field("body", stored=True)
+    (tmp_path / "tv").mkdir()
+    index = tantivy.Index(builder.build(), path=str(tmp_path / "tv"))
+    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    for number, row in enumerate(rows, start=1):
+        writer.add_document(tantivy.Document(ticket_no=number, body=row["body"]))
+    writer.commit()
+    writer.wait_merging_threads()
+    mapping = {"id": "ticket_no", "text": "body"}
+    instances = {
+        "numbered": {"kind": "lancedb", "location": "lake", "table": "numbered", "embedder": {"name": MINILM},
+                     "fields": mapping},
+        "tv": {"kind": "tantivy", "location": "tv", "fields": mapping},
+    }  # fmt: skip
+    engine = Engine.from_catalog(_catalog(tmp_path, instances))
+    wanted = Filter(field="chunk_id", op="in", values=("7", "3", "x"))
+    for name, text in (("numbered", "licence terms"), ("tv", "license software")):
+        contract = engine.adapters[name].index_contracts()[0]
+        assert contract.filter_support("chunk_id").support is FilterSupportClass.NATIVE_PREFILTER_EXACT
+        result = anyio.run(engine.adapters[name].scan, _request(contract, text, 5, pushed=(wanted,)))
+        assert sorted(h.chunk_id for h in result.hits) == ["3", "7"], name

@@ -33,7 +33,7 @@ from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot
 from backends.corpus import Corpus
 from backends.embedding import Embedder, QueryVectors
 from backends.lancedb.query import _sql_string
-from backends.mapping import FieldMapping, absent_reasons, mapped_hits, metadata_columns
+from backends.mapping import FieldMapping, absent_reasons, identity_operand, mapped_hits, metadata_columns
 from backends.schema import FieldType
 from rsc import (
     BackendStatistics,
@@ -310,7 +310,10 @@ class AttachedLanceAdapter(Adapter):
                         literal = _literal(kind, bound)
                         parts.append(f"{quoted} {op} {literal}" if literal is not None else "FALSE")
                 continue
-            operands = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+            operands: list[object] = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+            if flt.field in _IDENTITY:
+                numeric = kind is FieldType.INTEGER
+                operands = [identity_operand(v, numeric=numeric) for v in operands]
             literals = [lit for lit in (_literal(kind, v) for v in operands) if lit is not None]
             if not literals:
                 parts.append("FALSE")

@@ -28,7 +28,7 @@ import tantivy
 
 from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
 from backends.corpus import Corpus
-from backends.mapping import FieldMapping, absent_reasons, mapped_hits, metadata_columns
+from backends.mapping import FieldMapping, absent_reasons, identity_operand, mapped_hits, metadata_columns
 from backends.schema import FieldType
 from rsc import (
     BackendStatistics,
@@ -340,7 +340,9 @@ class AttachedTantivyAdapter(Adapter):
                 low = math.ceil(low) if isinstance(low, float) else low
                 high = math.floor(high) if isinstance(high, float) else high
             return tantivy.Query.range_query(self._schema, spec.name, kind, low, high, use_inverted_index=True)
-        values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+        values: list[object] = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+        if flt.field in _IDENTITY:
+            values = [identity_operand(v, numeric=spec.type in ("i64", "u64")) for v in values]
         clauses = [
             (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, spec.name, v))
             for v in values
