@@ -409,3 +409,26 @@ def test_numeric_ids_answer_identity_filters_given_as_text(attached_sources: dic
         assert contract.filter_support("chunk_id").support is FilterSupportClass.NATIVE_PREFILTER_EXACT
         result = anyio.run(engine.adapters[name].scan, _request(contract, text, 5, pushed=(wanted,)))
         assert sorted(h.chunk_id for h in result.hits) == ["3", "7"], name
+
+
+def test_sources_removed_after_attach_are_gaps_naming_their_instances(
+    attached_sources: dict[str, Any], tmp_path: Path
+) -> None:
+    import shutil
+
+    import lancedb
+
+    from rsc import GapKind
+
+    for folder in ("lake", "licenses"):
+        shutil.copytree(attached_sources["root"] / folder, tmp_path / folder)
+    instances = _sources({"root": tmp_path})
+    engine = Engine.from_catalog(_catalog(tmp_path, instances))
+    plan = json.loads((FIXTURES / "catalogs" / "attached_union.json").read_text())
+    assert {h.custody.backend for item in engine.run_sync(plan).evidence for h in item.hits} == {"licenses", "tickets"}
+    lancedb.connect(str(tmp_path / "lake")).drop_table(TABLE)
+    shutil.rmtree(tmp_path / "licenses")
+    receipt = engine.run_sync(plan)
+    assert receipt.evidence == ()
+    moved = sorted((g.obligation, g.backend) for g in receipt.gaps if g.kind is GapKind.SNAPSHOT_MOVED)
+    assert moved == [("lexical", "licenses"), ("vector", "tickets")]

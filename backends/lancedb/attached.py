@@ -272,7 +272,12 @@ class AttachedLanceAdapter(Adapter):
         return (dict(self._embedder.identity.model_dump(mode="json")),)
 
     def statistics(self) -> BackendStatistics:
-        table, generation = self._latest()
+        """Row and value counts for the cost model; a table that cannot be read now keeps the
+        last counts (statistics only choose among plans, and the leg reports the failure)."""
+        try:
+            table, generation = self._latest()
+        except (OSError, ValueError, RuntimeError):
+            return self._stats[1] if self._stats is not None else BackendStatistics(backend=self.backend, rows=0)
         if self._stats is not None and self._stats[0] == generation:
             return self._stats[1]
         counted = [c for c, t in self._meta.items() if t in (FieldType.KEYWORD, FieldType.BOOLEAN, FieldType.INTEGER)]

@@ -18,6 +18,7 @@ terms could not be reproduced. The text is never parsed as query syntax (I14).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -140,6 +141,7 @@ class AttachedTantivyAdapter(Adapter):
         self._index.config_reader(reload_policy="Manual")
         self._schema = self._index.schema
         self._pin: tuple[tantivy.Searcher, str] | None = None
+        self._stats = BackendStatistics(backend=name, rows=0)
         self.generated_contracts = (self._contract(),)
 
     # -- contract ------------------------------------------------------------------------------
@@ -249,7 +251,11 @@ class AttachedTantivyAdapter(Adapter):
         return pinned
 
     def statistics(self) -> BackendStatistics:
-        return BackendStatistics(backend=self.backend, rows=int(self._hold()[0].num_docs))
+        """The row count the cost model reads; an index that cannot be read now keeps the last
+        count (statistics only choose among plans, and the leg itself reports the failure)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._stats = BackendStatistics(backend=self.backend, rows=int(self._hold()[0].num_docs))
+        return self._stats
 
     # -- scans ---------------------------------------------------------------------------------
 
