@@ -1,5 +1,5 @@
-"""The ``race serve`` ASGI application (starlette): the two protocol routes, admission to a
-bounded number of slots, the request limits, the injected faults, and a protocol JSON
+"""The ``race serve`` ASGI application (starlette): the two protocol routes, a bounded number
+of work slots with a bounded queue, the request limits, the injected faults, and a protocol JSON
 answer for every failure (unknown path 404, wrong method 405, anything unexpected 500).
 
 ``GET /v1/contracts`` and ``POST /v1/scan`` answer byte for byte what the protocol
@@ -79,10 +79,13 @@ async def _hang_up(transport: asyncio.Transport | None, receive: Receive) -> Non
 
 
 class ScanEndpoint:
-    def __init__(self, service: IndexService, faults: Faults, limits: Limits, stopping: asyncio.Event) -> None:
+    def __init__(
+        self, service: IndexService, faults: Faults, limits: Limits, slots: Slots, stopping: asyncio.Event
+    ) -> None:
         self.service = service
         self.faults = faults
         self.limits = limits
+        self.slots = slots
         self.stopping = stopping
         self._scans = 0
 
@@ -109,6 +112,15 @@ class ScanEndpoint:
             return _Dropped(None)
         if isinstance(body, Response):
             return body
+        refused = await self.slots.enter(None if deadline_ms is None else deadline_ms / 1000.0)
+        if refused is not None:
+            return json_response(*error("overloaded", refused))
+        try:
+            return await self._answer(request, body, deadline_ms)
+        finally:
+            self.slots.release()
+
+    async def _answer(self, request: Request, body: bytes, deadline_ms: int | None) -> Response:
         faults = self.faults if self._next_faulted() else None
         if faults is None:
             return json_response(*await self.service.scan(body, deadline_ms))
@@ -141,17 +153,45 @@ class ScanEndpoint:
         return b"".join(chunks)
 
 
+class Slots:
+    """At most ``max_concurrency`` requests at work (reading the contracts, scanning), at most
+    ``max_queue`` waiting for a slot in arrival order, none waiting longer than
+    ``queue_timeout_s`` or its own deadline. A request still sending its head or body holds
+    no slot (those are bounded by their own timeouts)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._slots = asyncio.Semaphore(limits.max_concurrency)
+        self._waiting = 0
+
+    async def enter(self, deadline_s: float | None) -> str | None:
+        """``None`` with a slot taken (``release`` it), or why none was given."""
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return None
+        if self._waiting >= self.limits.max_queue:
+            return f"{self.limits.max_concurrency} requests in progress and {self._waiting} waiting; retry shortly"
+        wait_s = self.limits.queue_timeout_s if deadline_s is None else min(self.limits.queue_timeout_s, deadline_s)
+        self._waiting += 1
+        try:
+            with anyio.move_on_after(wait_s):
+                await self._slots.acquire()
+                return None
+        finally:
+            self._waiting -= 1
+        return f"no request slot free within {wait_s:g} s; retry shortly"
+
+    def release(self) -> None:
+        self._slots.release()
+
+
 class Admission:
-    """At most ``max_concurrency`` requests inside the application, at most ``max_queue``
-    waiting for a slot, none waiting longer than ``queue_timeout_s`` (or its own deadline).
-    Every answer the application does not give (over a bound, or an exception) is protocol
-    JSON from here; nothing reaches the server as an unhandled exception."""
+    """The application's outer edge: the header count and size bounds, and a protocol JSON
+    answer for an exception the application let out (nothing reaches the server unhandled)."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limits: Limits) -> None:
         self.app = app
         self.limits = limits
-        self._slots = asyncio.Semaphore(limits.max_concurrency)
-        self._waiting = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -175,37 +215,10 @@ class Admission:
                 too_large = f"request head over {self.limits.max_header_bytes} bytes"
                 await _send(send, *error("headers_too_large", too_large))
                 return
-            if not await self._enter(scope, send):
-                return
-            try:
-                await self.app(scope, receive, tracked)
-            finally:
-                self._slots.release()
+            await self.app(scope, receive, tracked)
         except Exception as exc:
             if not started:
                 await _send(send, *error("internal", f"the server failed: {type(exc).__name__}"))
-
-    async def _enter(self, scope: Scope, send: Send) -> bool:
-        if not self._slots.locked():
-            await self._slots.acquire()
-            return True
-        if self._waiting >= self.limits.max_queue:
-            busy = f"{self.limits.max_concurrency} requests in progress and {self._waiting} waiting; retry shortly"
-            await _send(send, *error("overloaded", busy))
-            return False
-        wait_s = self.limits.queue_timeout_s
-        for name, value in scope["headers"]:
-            if name == DEADLINE_HEADER.lower().encode() and _DEADLINE.fullmatch(value.decode("latin-1")):
-                wait_s = min(wait_s, int(value) / 1000.0)
-        self._waiting += 1
-        try:
-            with anyio.move_on_after(wait_s):
-                await self._slots.acquire()
-                return True
-        finally:
-            self._waiting -= 1
-        await _send(send, *error("overloaded", f"no request slot free within {wait_s:g} s; retry shortly"))
-        return False
 
 
 async def _send(send: Send, status: int, payload: dict[str, Any]) -> None:
@@ -216,8 +229,16 @@ async def _send(send: Send, status: int, payload: dict[str, Any]) -> None:
 
 
 def build_app(service: IndexService, faults: Faults, limits: Limits, stopping: asyncio.Event) -> Admission:
+    slots = Slots(limits)
+
     async def contracts(request: Request) -> Response:
-        return json_response(200, service.contracts_document())
+        refused = await slots.enter(None)
+        if refused is not None:
+            return json_response(*error("overloaded", refused))
+        try:
+            return json_response(200, service.contracts_document())
+        finally:
+            slots.release()
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -240,11 +261,11 @@ def build_app(service: IndexService, faults: Faults, limits: Limits, stopping: a
 
     routes = [
         Route(CONTRACTS_PATH, contracts, methods=["GET"]),
-        Route(SCAN_PATH, ScanEndpoint(service, faults, limits, stopping).handle, methods=["POST"]),
+        Route(SCAN_PATH, ScanEndpoint(service, faults, limits, slots, stopping).handle, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: internal})
     app.router.redirect_slashes = False
     return Admission(app, limits)
 
 
-__all__: Final = ["Admission", "build_app", "json_response"]
+__all__: Final = ["Admission", "Slots", "build_app", "json_response"]

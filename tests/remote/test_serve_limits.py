@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -157,6 +158,26 @@ async def test_over_the_queue_bound_is_503_with_retry_after(bounded: Server) -> 
     for answer in refused:
         assert _json_error(answer) == (503, "overloaded")
         assert answer.headers["retry-after"] == "1"
+
+
+def test_a_slow_upload_holds_no_slot(bounded: Server) -> None:
+    """Two uploads still sending their bodies would fill the one slot and the one queue place
+    if they held them; they do not, so a contracts read beside them is answered."""
+    head = b"POST /v1/scan HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"
+    slow = [socket.create_connection(_address(bounded), timeout=15.0) for _ in range(2)]
+    try:
+        for sock in slow:
+            sock.sendall(head)
+        time.sleep(0.2)  # ordering only: the server has read both heads before the read below
+        assert httpx.get(bounded.url + "/v1/contracts").status_code == 200
+        for sock in slow:  # and each upload still ends as a 408 of its own
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+            assert _error_of(received)[:2] == (408, "request_timeout")
+    finally:
+        for sock in slow:
+            sock.close()
 
 
 def test_over_the_connection_bound_is_503(bounded: Server) -> None:
