@@ -29,11 +29,17 @@ class FieldMapping(Record):
     text: _COLUMN
     """The text the hit quotes (and, in a lexical index, the field searched)."""
     doc_id: _COLUMN | None = None
+    """The column naming the document a row belongs to (default: the row's own id)."""
     title: _COLUMN | None = None
+    """The row's title (searched too, in a lexical index)."""
     path: _COLUMN | None = None
+    """The source file (custody ``source_path``)."""
     line_start: _COLUMN | None = None
+    """The first line of the row's text in its source file."""
     line_end: _COLUMN | None = None
+    """The last line of the row's text in its source file."""
     hash: _COLUMN | None = None
+    """The source file's hash (custody ``source_hash``, ``sha256:<hex>``)."""
     revision: _COLUMN | None = None
     """A column naming the revision of the source each row was read from."""
     metadata: tuple[Annotated[str, Field(pattern=_NAME)], ...] | None = None

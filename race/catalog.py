@@ -52,8 +52,11 @@ class EmbedderRef(Record):
     or ``dims`` must be what that embedder really has."""
 
     name: Annotated[str, Field(min_length=1)]
+    """The embedder's name (``sentence-transformers/all-MiniLM-L6-v2``, the bundled model)."""
     weights_sha256: str | None = None
+    """If given, the sha256 the embedder's weights must have."""
     dims: Annotated[int, Field(ge=1)] | None = None
+    """If given, the dimensions the embedder must give (and the vector column must hold)."""
 
 
 class ContractOverride(Record):
@@ -63,8 +66,9 @@ class ContractOverride(Record):
     """A field filtered natively may be declared filtered after the top-k (``postfilter_only``),
     or not filterable at all (``unsupported``); never a stronger class than generated."""
     sorted_access: bool | None = None
+    """Sorted access may be withdrawn (``false``), never granted."""
     random_access: bool | None = None
-    """Early-stop access may be withdrawn (``false``), never granted."""
+    """Random access may be withdrawn (``false``), never granted."""
     egress: ContractEgress | None = None
     """A local instance may be declared remote (its data leaves the machine), never the reverse."""
     snapshot: Literal["generation", "live"] | None = None
@@ -72,12 +76,16 @@ class ContractOverride(Record):
     model_calls: Annotated[int, Field(ge=0)] | None = None
     """At most this many model calls per scan: never fewer than generated."""
     base_latency_ms: Annotated[float, Field(ge=0.0)] | None = None
+    """A cost prior (no claim: a starting point the measured statistics replace)."""
     per_candidate_us: Annotated[float, Field(ge=0.0)] | None = None
-    """Cost priors: no claim, only a starting point the measured statistics replace."""
+    """A cost prior (no claim: a starting point the measured statistics replace)."""
 
 
 class Instance(Record):
+    """One named backend instance: what it is, where it lives and how its fields read."""
+
     kind: Kind
+    """``tantivy``, ``lancedb``, ``graph``, ``race-remote`` (a ``race serve`` server) or ``milvus``."""
     location: Annotated[str, Field(min_length=1)] | None = None
     """A path (relative to the catalog file), a LanceDB URI or a server URL; required unless the
     instance lists its ``shards``."""
@@ -88,6 +96,7 @@ class Instance(Record):
     fields: FieldMapping | None = None
     """The field mapping of an index RACE did not build; none for one `race index` built."""
     embedder: EmbedderRef | None = None
+    """The embedder the instance's vectors came from (required for an attached LanceDB table)."""
     check_vectors: bool = True
     """LanceDB attached: embed a few rows' text and refuse the table if its vectors differ."""
     key_domain: Annotated[str, Field(pattern=INSTANCE_NAME)] | None = None
@@ -123,8 +132,12 @@ class Instance(Record):
 
 
 class Catalog(Record):
+    """The named backend instances one engine serves."""
+
     schema_version: Literal["race.catalog/1"]
+    """Always ``race.catalog/1``."""
     instances: Annotated[dict[Annotated[str, Field(pattern=INSTANCE_NAME)], Instance], Field(min_length=1)]
+    """The instances by name (``[a-z][a-z0-9_]*``): the backend their contracts and custody name."""
 
 
 def parse_catalog(data: bytes, *, where: str, toml: bool) -> Catalog:
