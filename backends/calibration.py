@@ -7,7 +7,9 @@ out of both answers. For every filterable keyword field and value, the filter's 
 the adapter supplies) is compared with the exact filtered top-k computed in float64. A
 returned row counts as found when its exact distance is within the k-th exact distance, so
 ties at the boundary are not misses. Each bucket's mean recall gets a one-sided Wilson lower
-bound with the number of queries as sample size: few queries, a loose promise. The curves are
+bound with the number of queries as sample size (few queries, a loose promise), and so does
+each filter value's mean: the bucket promises the lowest of them, since recall moves between
+the filters of one bucket and a promise is for every filter in it. The curves are
 kept in ``calibration.json`` beside the index, with the generation they were measured at.
 """
 
@@ -89,17 +91,17 @@ def measure(
 
         everything = np.ones(rows, dtype=bool)
         unfiltered = [r for r in (recall_of(q, everything, None) for q in cases.unfiltered) if r is not None]
-        by_bucket: dict[str, list[float]] = {}
-        by_field: dict[str, dict[str, list[float]]] = {}
+        # Recalls by filter value: a bucket's promise must hold for each filter in it.
+        by_bucket: dict[str, list[list[float]]] = {}
+        by_field: dict[str, dict[str, list[list[float]]]] = {}
         for name, value, mask, queries in cases.filtered:
             label = bucket_of(float(mask.sum()) / rows)
             assert label is not None
             flt = Filter(field=name, value=value)
-            for q in queries:
-                r = recall_of(q, mask, flt)
-                if r is not None:
-                    by_bucket.setdefault(label, []).append(r)
-                    by_field.setdefault(name, {}).setdefault(label, []).append(r)
+            measured = [r for r in (recall_of(q, mask, flt) for q in queries) if r is not None]
+            if measured:
+                by_bucket.setdefault(label, []).append(measured)
+                by_field.setdefault(name, {}).setdefault(label, []).append(measured)
         out.append(
             Calibration(
                 rsc_id=contract.rsc_id,
@@ -107,7 +109,7 @@ def measure(
                 k=k,
                 seed=seed,
                 rows=rows,
-                unfiltered=_bucket("unfiltered", unfiltered),
+                unfiltered=_bucket("unfiltered", [unfiltered] if unfiltered else []),
                 buckets=tuple(b for label, rs in sorted(by_bucket.items()) if (b := _bucket(label, rs))),
                 fields={
                     f: tuple(b for label, rs in sorted(per.items()) if (b := _bucket(label, rs)))
@@ -142,11 +144,16 @@ def read_calibration(folder: Path) -> tuple[str, tuple[Calibration, ...]] | None
         return None
 
 
-def _bucket(label: str, recalls: Sequence[float]) -> RecallBucket | None:
+def _bucket(label: str, groups: Sequence[Sequence[float]]) -> RecallBucket | None:
+    """A bucket's mean over every query, and its promise: the lower of the bound of that mean
+    and the lowest bound of any one filter value's queries (recall differs between the filters
+    of one bucket — a postfilter's grows with the filter's own share — and the promise is for
+    each of them)."""
+    recalls = [r for group in groups for r in group]
     if not recalls:
         return None
     mean = float(np.mean(recalls))
-    bound = wilson_lower(mean, len(recalls))
+    bound = min(wilson_lower(mean, len(recalls)), *(wilson_lower(float(np.mean(g)), len(g)) for g in groups if g))
     return RecallBucket(bucket=label, queries=len(recalls), mean_recall=round(mean, 6), lower_bound=round(bound, 6))
 
 

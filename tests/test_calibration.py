@@ -42,7 +42,8 @@ def test_an_index_is_calibrated_when_it_is_built(index_dir: Path) -> None:
     # At fixture scale 20 probes cover all ~15 partitions: ANN answers equal the exact ones.
     assert pre.unfiltered is not None and pre.unfiltered.mean_recall == 1.0
     for bucket in (pre.unfiltered, *pre.buckets):
-        assert bucket.lower_bound == pytest.approx(wilson_lower(bucket.mean_recall, bucket.queries), abs=1e-6)
+        # At most the bound of the pooled mean: each filter value's own bound can be lower.
+        assert bucket.lower_bound <= wilson_lower(bucket.mean_recall, bucket.queries) + 1e-6
         assert bucket.lower_bound < bucket.mean_recall or bucket.mean_recall == 0.0
     # A postfilter keeps only what survives the filter out of its top k: its filtered recall is low.
     post = by_id["lancedb.ann_postfilter"]
