@@ -4,6 +4,7 @@ server's memory (its RSS, read from /proc) bounded across the rounds."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -105,3 +106,37 @@ async def test_200_concurrent_contract_reads_all_answered(server: Server) -> Non
     grown = rss_kib(pid) - before
     print(f"server RSS before/after {CONCURRENT} contract reads (KiB): {before} {before + grown}")
     assert grown < RSS_GROWTH_BOUND_KIB, f"server RSS grew {grown} KiB over {CONCURRENT} contract reads"
+
+
+def _world_queries() -> list[str]:
+    """Lines nobody on the project wrote: the system's licence texts and stdlib docstrings."""
+    import textwrap
+
+    texts = []
+    for name in ("GPL-3", "Apache-2.0", "MPL-2.0"):
+        path = Path("/usr/share/common-licenses") / name
+        if path.exists():
+            lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if len(line.split()) > 6]
+            texts += lines[10:13]
+    texts += [textwrap.shorten(doc, 200) for doc in (json.__doc__, textwrap.__doc__, Path.__doc__) if doc]
+    return texts
+
+
+async def test_concurrent_answers_are_the_adapters_own(server: Server, index_dir: Path) -> None:
+    """Queries from text nobody on the project wrote, 10 copies of each at once: every answer's
+    result is exactly what the tantivy adapter answers called directly on the same index."""
+    from race.engine import Engine
+
+    queries = _world_queries()
+    assert len(queries) >= 6
+    direct = Engine.open(index_dir).adapters["tantivy"]
+    expected = {}
+    for text in queries:
+        body = scan_body(text, 10)
+        result = await direct.scan(ScanRequest.model_validate_json(body))
+        expected[body] = result.model_dump(mode="json")
+    sent = [body for body in expected for _ in range(10)]
+    answers = await _concurrently(server.url, list(sent))
+    assert [a.status_code for a in answers] == [200] * len(sent)
+    assert all(a.json()["result"] == expected[body] for body, a in zip(sent, answers, strict=True))
+    assert any(expected[body]["hits"] for body in expected)
