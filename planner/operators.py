@@ -36,24 +36,43 @@ class Freshness(Record):
     """A current-evidence requirement: evidence older than this, or superseded, is stale (I16)."""
 
     as_of: IsoDate
+    """The date evidence must be current at (``YYYY-MM-DD``, a real calendar date)."""
     max_age_days: Annotated[int, Field(ge=0)] | None = None
+    """Evidence dated more than this many days before ``as_of`` is stale; unset, only supersession makes it stale."""
 
 
 class Obligation(Record):
     id: NodeId
+    """The obligation's id, unique in the plan; operators name it in their inputs."""
     kind: ObligationKind
+    """What is sought: support, a refutation, an exception or defeater, a fresher state, an identity counterexample, an
+    independent origin."""
     query: Query
+    """What to search for: text, ids, entities or a graph pattern."""
     query_class: QueryClass
+    """The kind of query, which sets the default strategy: identifier -> exact, lexical -> BM25, symbol_relation ->
+    structural, dependency -> graph, conceptual -> vector, broad_question -> hybrid."""
     hard_filters: tuple[Filter, ...] = ()
+    """Filters every hit must satisfy; how each contract applies them is explained, and a filter only applied after
+    ranking is a gap."""
     soft_filters: tuple[Filter, ...] = ()
+    """Filters that only reorder: hits that satisfy them come first."""
     k: Annotated[int, Field(ge=1, le=1000)] = 10
+    """How many hits the obligation asks for (1 to 1000)."""
     freshness: Freshness | None = None
+    """A current-evidence requirement: older or superseded evidence is stale."""
     egress: Egress = Egress.LOCAL
+    """``local``: only contracts that keep the query on this machine may serve it; ``remote_ok``: remote ones too."""
     mandatory: bool = True
+    """Whether the answer needs this obligation: a mandatory obligation not satisfied makes ``race run`` exit 3."""
     required_coverage: SearchCoverage = SearchCoverage.HEURISTIC
+    """The least search coverage an alternative must reach to be chosen."""
     strategy: Strategy | None = None
+    """Overrides the query class's default strategy (explained in the plan)."""
     allow_contracts: tuple[str, ...] = ()
+    """Restricts the obligation to these contract ids."""
     deadline_ms: Annotated[int, Field(ge=1, le=600_000)] | None = None
+    """This obligation's legs' deadline, in milliseconds, instead of ``budget.leg_timeout_ms``."""
     min_recall: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     """Approximate legs only where their calibrated recall bound reaches this; exact otherwise."""
     collapse: Collapse | None = Field(default=None, exclude_if=_unset)
@@ -64,6 +83,7 @@ class Obligation(Record):
 
 class _Op(Record):
     id: NodeId
+    """The operator's id, unique in the plan."""
 
     def inputs_of(self) -> tuple[str, ...]:
         raise NotImplementedError
@@ -71,6 +91,7 @@ class _Op(Record):
 
 class _Inputs(_Op):
     inputs: Annotated[tuple[NodeId, ...], Field(min_length=1)]
+    """The ids of the nodes it combines, in order (stages, for cascade and fallback)."""
 
     def inputs_of(self) -> tuple[str, ...]:
         return self.inputs
@@ -84,34 +105,45 @@ class UnionOp(_Inputs):
     """
 
     op: Literal["union"]
+    """Always ``union``: everything its inputs found, fused into one ranking."""
     k: Annotated[int, Field(ge=1, le=1000)] | None = None
+    """Keep only the best ``k`` of the fused ranking (and allow early stop)."""
 
 
 class CascadeOp(_Inputs):
     """Run stages in order; the next only if the previous was insufficient."""
 
     op: Literal["cascade"]
+    """Always ``cascade``: run stages in order, the next only if the previous was insufficient."""
     min_hits: Annotated[int, Field(ge=1)] = 1
+    """A stage is sufficient with at least this many current hits at its required coverage."""
 
 
 class FallbackOp(_Inputs):
     """Run stages in order; the next only on error, timeout or ineligibility."""
 
     op: Literal["fallback"]
+    """Always ``fallback``: run stages in order, the next only on error, timeout or ineligibility."""
 
 
 class IntersectOp(_Inputs):
     op: Literal["intersect"]
+    """Always ``intersect``: only evidence every input found."""
 
 
 class JoinOp(_Op):
     """Left evidence whose document has a ``via`` edge to a document in the right input."""
 
     op: Literal["join"]
+    """Always ``join``: left evidence related through the graph to right evidence."""
     left: NodeId
+    """The node whose evidence is kept."""
     right: NodeId
+    """The node whose documents the left ones must be related to."""
     via: Annotated[str, Field(min_length=1)]
+    """The graph relation to follow (e.g. ``cites``)."""
     direction: Literal["out", "in"] = "out"
+    """``out``: a left document's edge points at a right one; ``in``: the reverse."""
 
     def inputs_of(self) -> tuple[str, ...]:
         return (self.left, self.right)
@@ -121,9 +153,13 @@ class RefineOp(_Op):
     """A residual filter or reorder over one input."""
 
     op: Literal["refine"]
+    """Always ``refine``: a residual filter or reorder over one input."""
     input: NodeId
+    """The node refined."""
     filters: tuple[Filter, ...] = ()
+    """Filters the input's evidence must satisfy (pushed into its scans where the planner can)."""
     order_by: Literal["date_desc", "date_asc"] | None = None
+    """Reorder by document date, newest (``date_desc``) or oldest (``date_asc``) first."""
 
     def inputs_of(self) -> tuple[str, ...]:
         return (self.input,)
@@ -135,8 +171,12 @@ class RelevanceFloor(Record):
     in the hit's own score kind (a BM25 score at least it, a distance at most it)."""
 
     input: NodeId
+    """The input the floor applies to."""
     top_n: Annotated[int, Field(ge=1)] | None = None
+    """Only the best ``top_n`` hits of that input count."""
     native_score: float | None = None
+    """Only hits at least this relevant in their own score kind count (a BM25 score at least it, a distance at most it).
+    """
 
     @model_validator(mode="after")
     def _some_floor(self) -> RelevanceFloor:
@@ -152,8 +192,11 @@ class CorroborateOp(_Inputs):
     hits that clear their input's relevance floor."""
 
     op: Literal["corroborate"]
+    """Always ``corroborate``: needs independent origins, not retrievers (I13)."""
     min_independent: Annotated[int, Field(ge=1)] = 2
+    """How many distinct current origin components must support the claim."""
     floors: tuple[RelevanceFloor, ...] = ()
+    """Relevance floors per input: only origins of hits that clear them count."""
 
     @model_validator(mode="after")
     def _floors_name_inputs(self) -> CorroborateOp:
@@ -167,8 +210,11 @@ class CorroborateOp(_Inputs):
 
 class OpposeOp(_Op):
     op: Literal["oppose"]
+    """Always ``oppose``: support and refutation kept side by side."""
     support: NodeId
+    """The node that seeks support."""
     refutation: NodeId
+    """The node that seeks refutation; items found by both become conflicting evidence."""
 
     def inputs_of(self) -> tuple[str, ...]:
         return (self.support, self.refutation)
@@ -176,10 +222,15 @@ class OpposeOp(_Op):
 
 class FreshenOp(_Op):
     op: Literal["freshen"]
+    """Always ``freshen``: drop or mark stale evidence."""
     input: NodeId
+    """The node freshened."""
     as_of: IsoDate
+    """The date evidence must be current at (``YYYY-MM-DD``)."""
     max_age_days: Annotated[int, Field(ge=0)] | None = None
+    """Evidence dated more than this many days before ``as_of`` is stale."""
     mode: Literal["drop", "mark"] = "mark"
+    """``mark`` keeps stale evidence, marked and ranked after current evidence; ``drop`` removes it."""
 
     def inputs_of(self) -> tuple[str, ...]:
         return (self.input,)

@@ -11,7 +11,6 @@ import ast
 import inspect
 import json
 import sys
-import textwrap
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,8 +55,9 @@ def attribute_docs(cls: type) -> dict[str, str]:
     for klass in reversed(cls.__mro__):
         if klass.__module__.split(".")[0] not in ("rsc", "planner", "race", "backends"):
             continue
-        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
-        assert isinstance(body, ast.ClassDef)
+        body = _class_nodes(klass.__module__).get(klass.__qualname__)
+        if body is None:
+            continue
         for statement, following in zip(body.body, body.body[1:], strict=False):
             target = getattr(statement, "target", None) if isinstance(statement, ast.AnnAssign) else None
             if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
@@ -66,6 +66,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
             if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str):
                 docs[target.id] = " ".join(inspect.cleandoc(value.value).split()).replace("``", "`")
     return docs
+
+
+@cache
+def _class_nodes(module: str) -> dict[str, ast.ClassDef]:
+    """The top-level classes of a module's source by name, the module parsed once."""
+    tree = ast.parse(inspect.getsource(sys.modules[module]))
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
 
 
 def _described() -> type[Any]:
@@ -77,6 +84,8 @@ def _described() -> type[Any]:
     class Described(GenerateJsonSchema):
         def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
             json_schema = super().model_schema(schema)
+            if isinstance(json_schema.get("description"), str):  # the class docstring, as markdown
+                json_schema["description"] = json_schema["description"].replace("``", "`")
             cls = schema["cls"]
             assert issubclass(cls, BaseModel)
             docs = attribute_docs(cls)

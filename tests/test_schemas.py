@@ -29,6 +29,33 @@ def test_published_schema_is_current(document: str) -> None:
     assert published == schema_text(document), "regenerate with: python -m race.schemas docs/schemas"
 
 
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_every_property_is_described(document: str) -> None:
+    """Each property's description is its model attribute's docstring (or Field description)."""
+    schema = document_schema(document)
+    records = {"(root)": schema, **schema.get("$defs", {})}
+    bare = [
+        f"{name}.{field}"
+        for name, node in records.items()
+        for field, spec in node.get("properties", {}).items()
+        if not spec.get("description", "").strip()
+    ]
+    assert bare == [], f"{document}: properties without a docstring: {', '.join(bare)}"
+
+
+def test_descriptions_are_the_docstrings() -> None:
+    from race.schemas import attribute_docs
+    from rsc.records import Custody
+
+    schema = document_schema("receipt")
+    custody = schema["$defs"]["Custody"]["properties"]
+    assert custody["source_hash"]["description"] == attribute_docs(Custody)["source_hash"]
+    assert "``" not in json.dumps(schema) and "`sha256:<hex>`" in custody["source_hash"]["description"]
+    # Inherited fields keep their base's docstring (operators share ``id`` and ``inputs``).
+    plan = document_schema("plan")["$defs"]
+    assert plan["UnionOp"]["properties"]["id"]["description"] == plan["CascadeOp"]["properties"]["id"]["description"]
+
+
 def _validator(document: str) -> Any:
     return jsonschema.Draft202012Validator(json.loads((PUBLISHED / f"{document}.schema.json").read_text()))
 
