@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backends import LOCAL_ADAPTERS, RemoteAdapter, shipped_contracts
+from backends import LOCAL_ADAPTERS, Adapter, RemoteAdapter, shipped_contracts
 from backends.embedding import BuiltWith, EmbedderIdentity, MiniLMEmbedder
 from rsc import IndexMissingError
 
@@ -49,9 +49,8 @@ def test_command_imports_no_backend(argv: list[str]) -> None:
 
 
 def test_shipped_contracts_are_the_adapters_own() -> None:
-    from_adapters = sorted(
-        (c for a in (*LOCAL_ADAPTERS, RemoteAdapter) for c in a.contracts()), key=lambda c: (c.rsc_id, c.version)
-    )
+    adapters: tuple[type[Adapter], ...] = (*LOCAL_ADAPTERS, RemoteAdapter)
+    from_adapters = sorted((c for a in adapters for c in a.contracts()), key=lambda c: (c.rsc_id, c.version))
     assert shipped_contracts(remote=True) == tuple(from_adapters)
 
 
@@ -169,3 +168,21 @@ def test_a_wrong_model_fails_the_vector_leg_clearly(index_dir: Path) -> None:
     with pytest.raises(IndexMissingError, match="rebuild") as raised:
         BuiltWith(_OtherWeights(), lance.embedder_identity, where="here", hint="rebuild").embed(["x"])
     assert str(raised.value).startswith("here: the vectors were built with") and "\n" not in str(raised.value)
+
+
+def test_without_the_model_a_vector_index_still_answers_lexical_plans(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import backends.embedding
+    from backends.embedding import INSTALL_HINT
+    from race.engine import Engine
+    from rsc import GapKind
+
+    with_model = Engine.open(index_dir).run_sync(FIXTURES / "plans" / "cascade_lexical.json")
+    monkeypatch.setattr(backends.embedding, "default_model_dir", lambda: None)
+    engine = Engine.open(index_dir)  # opening needs no model any more
+    assert engine.run_sync(FIXTURES / "plans" / "cascade_lexical.json").evidence == with_model.evidence
+    receipt = engine.run_sync(FIXTURES / "plans" / "exhaustive_vector.json")
+    [failure] = receipt.gaps
+    assert failure.kind is GapKind.BACKEND_ERROR and failure.backend == "lancedb"
+    assert "is not installed" in failure.detail and INSTALL_HINT in failure.detail
