@@ -149,6 +149,8 @@ class ExactMatrix:
                 raise ValueError(f"{folder}: the copy sorted by {name!r} does not agree with {META_FILE}")
             self._spaces[name] = Space(copy, self._inverse[order], order, directed[order])
         self._copies = frozenset(self._spaces)
+        self.copies: tuple[str, ...] = tuple(sorted(self._spaces))
+        """The fields with a copy of the matrix sorted by their values."""
         self._scratch = threading.local()
         self._selections: OrderedDict[tuple[Hashable, ...], Selection] = OrderedDict()
         self._selections_lock = threading.Lock()
