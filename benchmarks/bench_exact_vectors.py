@@ -107,14 +107,14 @@ def reference_topk(vectors: F32, positions: npt.NDArray[np.intp], query: F32, k:
     return [(int(positions[i]), float(distances[i])) for i in order]
 
 
-def _cases(vectors: F32, columns: dict[str, npt.NDArray[np.str_]]) -> list[Case]:
+def _cases(vectors: F32, columns: dict[str, npt.NDArray[np.str_]], exact_only: bool = False) -> list[Case]:
     cases = []
     every = np.arange(len(vectors))
-    cases.append(Case("unfiltered", None, 1.0, (), None, every, vectors, PATHS))
+    cases.append(Case("unfiltered", None, 1.0, (), None, every, vectors, EXACT_ONLY if exact_only else PATHS))
     for field in ("kw", "kw_other"):
         for value, share in SELECTIVITIES:
             positions = np.flatnonzero(columns[field] == value)
-            paths = PATHS if field == "kw" else EXACT_ONLY
+            paths = PATHS if field == "kw" and not exact_only else EXACT_ONLY
             cases.append(
                 Case(
                     f"{field}={value}",
@@ -134,7 +134,7 @@ def _pct(values: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values) * 1e3, q)), 4)
 
 
-def run(rows: int, queries: int, seed: int) -> dict[str, Any]:
+def run(rows: int, queries: int, seed: int, exact_only: bool = False) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     mixture = Mixture.make(rows, rng)
     t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def run(rows: int, queries: int, seed: int) -> dict[str, Any]:
         start += size
     columns["tiny"] = np.asarray(tiny, dtype=str)
     probes = mixture.sample(queries + WARMUP, rng)
-    cases = _cases(vectors, columns)
+    cases = _cases(vectors, columns, exact_only)
     generate_s = time.perf_counter() - t0
     nprobes = ann_nprobes(ann_partitions(rows))
     folder = Path(tempfile.mkdtemp(prefix="race-bench-exact-"))
@@ -158,7 +158,8 @@ def run(rows: int, queries: int, seed: int) -> dict[str, Any]:
         table = create_table(folder, vectors, columns)
         setup["table_and_bitmap"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
-        table.create_index("vector", config=ann_index_config(rows), name="vector_idx", replace=True)
+        if not exact_only:
+            table.create_index("vector", config=ann_index_config(rows), name="vector_idx", replace=True)
         setup["ann_index"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
         store = MatrixStore(folder / "exact", folder / "db" / "bench.lance" / "_versions")
@@ -186,6 +187,7 @@ def run(rows: int, queries: int, seed: int) -> dict[str, Any]:
         "ann_index": f"IVF_FLAT cosine num_partitions={ann_partitions(rows)}",
         "nprobes": nprobes,
         "cluster_field": matrix.cluster,
+        "exact_only": exact_only,
         "sorted_copies": list(matrix.copies),
     }
     ratios = {
@@ -368,12 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--quick", action="store_true", help="about 5000 rows, for a run in well under a minute")
+    parser.add_argument("--exact-only", action="store_true", help="only the numpy floor and the exact matrix")
     args = parser.parse_args(argv)
     rows = args.rows or (5_000 if args.quick else 100_000)
     queries = args.queries or (20 if args.quick else 200)
     if rows < 1000 or queries < 1:
         parser.error("--rows must be >= 1000 (so the 1 % filter selects >= 10 rows); --queries >= 1")
-    report = run(rows, queries, args.seed)
+    report = run(rows, queries, args.seed, args.exact_only)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "exact_vectors.json").write_text(canonical_pretty(report) + "\n", encoding="utf-8")
     markdown = render_markdown(report)

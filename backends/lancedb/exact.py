@@ -170,15 +170,14 @@ class ExactMatrix:
         """The rows passing every filter, as runs or positions of the matrix or of a sorted copy.
 
         The answer depends on the filters and this (immutable) matrix only, so the last few
-        are kept: a filter that many queries share is resolved once."""
+        resolved are kept: a filter that many queries share is resolved once."""
         if not filters:
             return Selection(None, None, None, self.rows)
         key = tuple(filter_key(flt) for flt in filters)
-        with self._selections_lock:
-            found = self._selections.get(key)
-            if found is not None:
-                self._selections.move_to_end(key)
-                return found
+        # A read without the lock (one dict lookup is atomic); the oldest kept is dropped first.
+        found = self._selections.get(key)
+        if found is not None:
+            return found
         found = choose(self.columns, filters, self._copies, self.rows)
         for array in (found.runs, found.positions):
             if array is not None:
@@ -201,7 +200,7 @@ class ExactMatrix:
             raise BackendUnavailable("the query vector has no direction: cosine distance is undefined", where=_WHERE)
         found = self.selection(filters)
         space = self._spaces[found.space] if found.space is not None else self._base
-        unit = (q32 / np.float32(q_norm)).astype(np.float32)
+        unit: F32 = q32 / np.float32(q_norm)
         scores, locate = scores_of(space, found, unit, self._buffer)
         count = len(scores)
         if self.undirected and count:
@@ -232,7 +231,8 @@ class ExactMatrix:
         # One dot per row (never a matrix product, whose blocking could depend on the row count).
         cosine: F64 = np.vecdot(self.matrix[positions].astype(np.float64), q64)
         cosine /= self.norms[positions] * q_norm
-        distances: F32 = (1.0 - cosine).astype(np.float32)
+        np.subtract(1.0, cosine, out=cosine)
+        distances: F32 = cosine.astype(np.float32)
         # 1 - cosine is at most 2 + 2**-52 (rounds to 2 in float32) but can dip below 0.
         np.maximum(distances, np.float32(0.0), out=distances)
         return distances

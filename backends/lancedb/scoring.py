@@ -74,12 +74,12 @@ def scores_of(space: Space, found: Selection, unit: F32, buffer: Callable[[], F3
 
 
 def _run_scores(space: Space, runs: I64, unit: F32) -> tuple[F32, Callable[[I64], I64]]:
-    firsts, stops = runs[:, 0], runs[:, 1]
     if len(runs) == 1:
-        first, stop = int(firsts[0]), int(stops[0])
+        first, stop = runs[0].tolist()
         one: F32 = space.matrix[first:stop] @ unit
         one *= space.inverse[first:stop]
         return one, lambda i: i + first
+    firsts, stops = runs[:, 0], runs[:, 1]
     ends = np.cumsum(stops - firsts)
     out = np.empty(int(ends[-1]), dtype=np.float32)
     at = 0
