@@ -150,9 +150,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
-
 def cmd_rsc(args: argparse.Namespace) -> int:
     from rsc import load_contract
 
@@ -259,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_milvus_command(sub)
 
     p = sub.add_parser("batch", help="run every plan of a JSONL file; one receipt or error record per line")
-    p.add_argument("plans", help="JSONL: one logical plan per line, or {\"id\": ..., \"plan\": {...}}")
+    p.add_argument("plans", help='JSONL: one logical plan per line, or {"id": ..., "plan": {...}}')
     p.add_argument("--out", required=True, help="JSONL records to write; plans already answered there are skipped")
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="plans at once (default 4); Ray actors")
     p.add_argument(
