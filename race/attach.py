@@ -44,6 +44,8 @@ def build_milvus(
     collection: str = "race_chunks",
     index_type: str = "FLAT",
     vectors_from: Path | None = None,
+    consistency: str = "Strong",
+    partition_key: str | None = None,
 ) -> str:
     """``race milvus``: load a corpus into a Milvus collection and write its instance folder
     ``out`` (``out/milvus/``); with ``vectors_from``, the chunk vectors are those of that RACE
@@ -56,7 +58,16 @@ def build_milvus(
         raise InputError(f"a Milvus backend needs the race[milvus] extra ({exc})", where="race milvus") from exc
     corpus = load_corpus(corpus_path)
     vectors = lance_vectors(vectors_from, corpus) if vectors_from is not None else None
-    return MilvusAdapter.build(corpus, out, uri=uri, collection=collection, index_type=index_type, vectors=vectors)
+    return MilvusAdapter.build(
+        corpus,
+        out,
+        uri=uri,
+        collection=collection,
+        index_type=index_type,
+        vectors=vectors,
+        consistency=consistency,
+        partition_key=partition_key,
+    )
 
 
 def add_milvus_command(sub: argparse._SubParsersAction[Any]) -> None:
@@ -73,6 +84,13 @@ def add_milvus_command(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--collection", default="race_chunks", help="collection name, replaced if it exists")
     p.add_argument("--index-type", choices=("FLAT", "HNSW"), default="FLAT", help="vector index")
     p.add_argument("--vectors-from", metavar="INDEX", help="reuse the chunk vectors of this `race index` directory")
+    p.add_argument(
+        "--consistency",
+        choices=("Strong", "Bounded", "Session", "Eventually"),
+        default="Strong",
+        help="the consistency level reads use (below Strong a scan may miss recent writes)",
+    )
+    p.add_argument("--partition-key", metavar="FIELD", help="a keyword or integer field made the partition key")
     p.set_defaults(func=cmd_milvus)
 
 
@@ -84,6 +102,8 @@ def cmd_milvus(args: argparse.Namespace) -> int:
         collection=args.collection,
         index_type=args.index_type,
         vectors_from=Path(args.vectors_from) if args.vectors_from else None,
+        consistency=args.consistency,
+        partition_key=args.partition_key,
     )
     print(f"milvus\t{generation}")
     return 0

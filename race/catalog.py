@@ -104,6 +104,9 @@ class Instance(Record):
     Default: the instance name, so ids of unrelated sources never merge."""
     timeout_s: Annotated[float, Field(gt=0.0, le=600.0)] = 5.0
     """race-remote and milvus: the client's deadline for one call."""
+    consistency: Literal["Strong", "Bounded", "Session", "Eventually"] | None = None
+    """milvus: the consistency level every read uses (default: the instance folder's, Strong). Below
+    ``Strong`` a scan may miss recent writes: its contracts say so and each scan carries a caveat."""
     contracts: dict[str, ContractOverride] = Field(default_factory=dict)
     """Overrides by the served contract id (``<name>.<kind>.<mode>``, or the kind's own id)."""
     shards: tuple[Annotated[str, Field(min_length=1)], ...] = ()
@@ -128,6 +131,8 @@ class Instance(Record):
                 )
         elif self.location is None:
             raise ValueError("'location' is required (or 'shards', for a sharded instance)")
+        if self.consistency is not None and self.kind != "milvus":
+            raise ValueError("'consistency' belongs to a milvus instance")
         return self
 
 

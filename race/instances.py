@@ -201,7 +201,7 @@ def _adapter(name: str, instance: Instance, *, base: Path, embedder: Embedder | 
     if kind == "milvus":
         from backends.milvus import MilvusAdapter
 
-        return MilvusAdapter.open(path, embedder=embedder, timeout=instance.timeout_s)
+        return MilvusAdapter.open(path, embedder=embedder, timeout=instance.timeout_s, consistency=instance.consistency)
     return _open_built(_race_built(kind), path, embedder)
 
 
@@ -211,8 +211,8 @@ def _race_built(kind: str) -> type[Adapter]:
 
 
 def _open_built(kind: type[Adapter], index_dir: Path, embedder: Embedder | None) -> Adapter:
-    from backends.lancedb import LanceAdapter
+    from backends.lancedb import LanceAdapter, LanceIndex
 
-    if kind is LanceAdapter:
+    if kind is LanceIndex:
         return LanceAdapter.open(index_dir, embedder=embedder)
     return kind.open(index_dir)

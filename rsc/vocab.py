@@ -244,6 +244,10 @@ class GapKind(StrEnum):
     """Under a ``max_age_days`` bound, a document has no date, so its age cannot be checked."""
     UNCHECKED_SUPERSESSION = "unchecked_supersession"
     """Supersession by graph edge could not be checked (the graph is not open or could not be read)."""
+    WEAK_CONSISTENCY = "weak_consistency"
+    """A backend was read below strong consistency (a Milvus collection at ``Bounded``, ``Session`` or ``Eventually``):
+    writes it acknowledged shortly before the scan may not be seen. A caveat: the answer is of the rows the server had
+    applied, and the contract's ``snapshot.freshness`` states the level."""
 
 
 class GapSeverity(StrEnum):

@@ -14,7 +14,8 @@ vector index supports:
   0.0 for some filters on the bundled corpus (the filter acts after the probe, not inside it).
 
 Milvus reports COSINE as a similarity; hits carry ``1 - similarity`` as their
-``cosine_distance``. Every read uses consistency level Strong.
+``cosine_distance``. Every read uses the instance's consistency level (``consistency``; Strong
+unless the manifest or the catalog says otherwise), and a read below Strong carries a caveat.
 
 The generation names the collection and its content: URI, collection name, index
 description, row count and a digest over every row (ids, custody fields, metadata and vector
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -47,18 +47,16 @@ from backends.base import (
 )
 from backends.corpus import Chunk, Corpus
 from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
-from backends.generated import generate_contract, read_contracts, schema_of, write_contracts
-from backends.milvus.build import _index_build_params, _with_recall, embed_chunks, load_collection, write_manifest
+from backends.generated import generate_contract, read_contracts, schema_of
 from backends.milvus.build import lance_vectors as lance_vectors
+from backends.milvus.build import with_partition_key
 from backends.milvus.client import (
     _QUERY_VECTORS,
     _ROW_FIELDS,
     ANN_CONTRACT,
-    CONSISTENCY,
     DEFAULT_COLLECTION,
     DEFAULT_TIMEOUT_S,
     FLAT_CONTRACT,
-    INDEX_TYPES,
     MANIFEST,
     MAX_TOPK,
     MODE_ANN,
@@ -68,6 +66,7 @@ from backends.milvus.client import (
 )
 from backends.milvus.client import LITE_FILE as LITE_FILE
 from backends.milvus.client import milvus_errors as milvus_errors
+from backends.milvus.consistency import STRONG, Consistency, caveat_detail, level_of, with_consistency
 from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.generation import current_generation, read_rows, value_counts
 from backends.milvus.search import answer_rows, custody, measure_recall, search_params, top_k
@@ -80,7 +79,9 @@ from rsc import (
     Calibration,
     Contract,
     Filter,
-    Hit,
+    Gap,
+    GapKind,
+    GapSeverity,
     IndexMissingError,
     ScanRequest,
     ScanResult,
@@ -92,8 +93,18 @@ from rsc import (
 class MilvusAdapter(Adapter):
     backend = "milvus"
 
-    def __init__(self, folder: Path, manifest: dict[str, Any], embedder: Embedder, *, timeout: float) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        manifest: dict[str, Any],
+        embedder: Embedder,
+        *,
+        timeout: float,
+        consistency: str | None = None,
+    ) -> None:
         self._folder = folder
+        stated = consistency or manifest.get("consistency_level", STRONG)
+        self._consistency = level_of(stated, where=str(folder / MANIFEST) if consistency is None else "consistency")
         self._manifest = manifest
         self._uri = resolve_uri(folder, str(manifest["uri"]))
         self._collection = str(manifest["collection"])
@@ -129,53 +140,32 @@ class MilvusAdapter(Adapter):
         index_type: str = "FLAT",
         timeout: float = DEFAULT_TIMEOUT_S,
         vectors: npt.NDArray[np.float32] | None = None,
+        consistency: str = STRONG,
+        partition_key: str | None = None,
     ) -> str:
         """Load the corpus into ``collection`` at ``uri`` (by default a milvus-lite file inside
         ``index_dir/milvus/``), replacing a collection of that name, and write the instance's
         manifest and contracts to ``index_dir/milvus/``. ``vectors`` are the chunks' embeddings by
         ``embedder``, in chunk order, when they exist already (``lance_vectors``); otherwise the
-        chunks are embedded here."""
-        if index_type not in INDEX_TYPES:
-            raise BackendUnavailable(f"milvus index type {index_type!r} is not one of {INDEX_TYPES}", where="milvus")
-        embedder = embedder or MiniLMEmbedder()
-        identity = embedder.identity
-        folder = index_dir / cls.backend
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        stored_uri = uri if uri is not None else LITE_FILE
-        resolved = resolve_uri(folder, stored_uri)
-        chunks = corpus.chunks
-        if vectors is None:
-            vectors = embed_chunks(chunks, embedder, progress)
-        elif vectors.shape != (len(chunks), identity.dims):
-            raise BackendUnavailable(
-                f"{vectors.shape} vectors given for {len(chunks)} chunks of {identity.dims} dims", where="milvus"
-            )
-        build_params = _index_build_params(index_type, len(chunks))
-        load_collection(resolved, collection, corpus, vectors, identity.dims, index_type, build_params, timeout)
-        manifest = write_manifest(folder, stored_uri, collection, corpus, identity, index_type, build_params)
-        adapter = cls(folder, manifest, embedder, timeout=timeout)
-        try:
-            contract = adapter._template_contract()
-            if index_type != "FLAT":
-                recall, note = adapter.measure_recall(vectors, chunks)
-                contract = _with_recall(contract, recall, note, index_type, build_params)
-            contract = contract.model_copy(
-                update={"source_domain": f"{contract.source_domain}; collection {collection!r} at {stored_uri}"}
-            )
-            write_contracts(folder, (contract,))
-            if index_type != "FLAT":
-                from backends.milvus.calibration import write_calibration
+        chunks are embedded here. Reads use ``consistency``; ``partition_key`` names a keyword or
+        integer field every chunk holds, made the collection's partition key."""
+        from backends.milvus.build import build_instance
 
-                adapter.generated_contracts = (contract,)
-                write_calibration(adapter, folder)
-            return adapter.generation()
-        finally:
-            adapter.close()
+        return build_instance(
+            cls, corpus, index_dir, progress, embedder, uri, collection, index_type, timeout, vectors,
+            consistency=consistency, partition_key=partition_key,
+        )  # fmt: skip
 
     @classmethod
-    def open(cls, index_dir: Path, *, embedder: Embedder | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Self:
+    def open(
+        cls,
+        index_dir: Path,
+        *,
+        embedder: Embedder | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        consistency: str | None = None,
+    ) -> Self:
+        """The instance folder's collection, read at ``consistency`` (default: its manifest's)."""
         folder = index_dir / cls.backend
         path = folder / MANIFEST
         if not path.exists():
@@ -184,13 +174,15 @@ class MilvusAdapter(Adapter):
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
         # The model is loaded, and checked against the one the vectors were built with, at the first query.
         embedder = BuiltWith(embedder or MiniLMEmbedder(), built_with, where=str(folder), hint="rebuild the collection")
-        adapter = cls(folder, manifest, embedder, timeout=timeout)
+        adapter = cls(folder, manifest, embedder, timeout=timeout, consistency=consistency)
         try:
             adapter.ensure_loaded()
         except BaseException:
             adapter.close()
             raise
-        adapter.generated_contracts = read_contracts(folder)
+        written = read_contracts(folder)
+        if written is not None:
+            adapter.generated_contracts = tuple(with_consistency(c, adapter.consistency) for c in written)
         return adapter
 
     def ensure_loaded(self) -> None:
@@ -205,7 +197,8 @@ class MilvusAdapter(Adapter):
     def _template_contract(self) -> Contract:
         wanted = FLAT_CONTRACT if self._index_type == "FLAT" else ANN_CONTRACT
         template = next(c for c in self.contracts() if c.rsc_id == wanted)
-        return generate_contract(template, self._corpus_schema)
+        contract = with_partition_key(generate_contract(template, self._corpus_schema), self.partition_key)
+        return with_consistency(contract, self._consistency)
 
     def index_contracts(self) -> tuple[Contract, ...]:
         if self.generated_contracts is not None:
@@ -217,12 +210,25 @@ class MilvusAdapter(Adapter):
         return f"milvus:{self._manifest['uri']}/{self._collection}"
 
     @property
+    def folder(self) -> Path:
+        return self._folder
+
+    @property
     def collection(self) -> str:
         return self._collection
 
     @property
     def index_type(self) -> str:
         return self._index_type
+
+    @property
+    def consistency(self) -> Consistency:
+        return self._consistency
+
+    @property
+    def partition_key(self) -> str | None:
+        key = self._manifest.get("partition_key")
+        return str(key) if key is not None else None
 
     def models(self) -> tuple[dict[str, str | int], ...]:
         return (dict(self._embedder_identity.model_dump(mode="json")),)
@@ -250,7 +256,7 @@ class MilvusAdapter(Adapter):
 
     def read_rows(self, fields: Sequence[str]) -> list[dict[str, Any]]:
         """Every row's ``fields``, in chunk-id order."""
-        return read_rows(self._client, self._collection, fields, self._timeout)
+        return read_rows(self._client, self._collection, fields, self._timeout, self._consistency)
 
     def _current(self) -> tuple[str, list[dict[str, Any]]]:
         return current_generation(
@@ -319,7 +325,7 @@ class MilvusAdapter(Adapter):
             output_fields=list(_ROW_FIELDS),
             search_params=self._search_params(limit),
             anns_field=VECTOR,
-            consistency_level=CONSISTENCY,
+            consistency_level=self._consistency,
         )
         return answer_rows(answer)
 
@@ -329,7 +335,7 @@ class MilvusAdapter(Adapter):
             self._collection,
             filter=expr or "",
             output_fields=["count(*)"],
-            consistency_level=CONSISTENCY,
+            consistency_level=self._consistency,
         )
         return int(answer[0]["count(*)"])
 
@@ -364,9 +370,14 @@ class MilvusAdapter(Adapter):
                 planned=before,
                 current=after,
             )
-        hits = self._hits(request, rows, before)
+        hits = custody(request, rows, before, self.identity)
+        gaps: tuple[Gap, ...] = ()
+        if self._consistency != STRONG:
+            detail = caveat_detail(self._consistency, self._collection)
+            gaps = (self.gap(request, GapKind.WEAK_CONSISTENCY, detail, GapSeverity.CAVEAT),)
         return ScanResult(
             hits=hits,
+            gaps=gaps,
             model_calls=int(embedded),
             generation=before,
             total_matches=matching,
@@ -374,22 +385,13 @@ class MilvusAdapter(Adapter):
         )
 
     def _top_k(self, vector: npt.NDArray[np.float32], expr: str | None, k: int) -> list[tuple[dict[str, Any], float]]:
-        """The top-k, reading past k until the row after the k-th is farther than it, so that which
-        of several equally distant rows is kept is decided by chunk id."""
         return top_k(self.search, vector, expr, k)
 
     def forget_query_vectors(self) -> None:
         self._queries.clear()
 
-    def _hits(self, request: ScanRequest, rows: list[tuple[dict[str, Any], float]], generation: str) -> tuple[Hit, ...]:
-        return custody(request, rows, generation, self.identity)
-
     # -- calibration --------------------------------------------------------------------------
 
     def measure_recall(self, vectors: npt.NDArray[np.float32], chunks: Sequence[Chunk]) -> tuple[float, str]:
-        """Mean recall@10 of this collection's index against the exact float64 answer, unfiltered
-        and under each keyword field's most and least frequent value, over queries that are the
-        normalized sums of two stored vectors (points the index does not hold). Returns the lowest
-        one-sided 95 % Wilson lower bound of a bucket's mean, and a note of every bucket's mean,
-        bound and sample."""
+        """This collection's recall bound and its note (``backends.milvus.search.measure_recall``)."""
         return measure_recall(self.search, self._fields, vectors, chunks)

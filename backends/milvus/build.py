@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -15,8 +16,8 @@ from pymilvus import DataType, MilvusClient
 
 from backends.base import Progress
 from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder, EmbedderIdentity
-from backends.generated import schema_json
+from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from backends.generated import schema_json, write_contracts
 from backends.lancedb.adapter import chunk_text
 from backends.milvus.client import (
     _EMBED_BATCH,
@@ -29,13 +30,23 @@ from backends.milvus.client import (
     CONSISTENCY,
     HNSW_BUILD,
     HNSW_MIN_EF,
+    INDEX_TYPES,
+    LITE_FILE,
     MANIFEST,
     RECALL_K,
     VECTOR,
     milvus_errors,
+    resolve_uri,
 )
+from backends.milvus.consistency import level_of, with_consistency
 from backends.schema import CorpusSchema, FieldType, datetime_micros
 from rsc import BackendUnavailable, Contract, CoverageClaim, FilterSupportClass, IndexMissingError
+
+if TYPE_CHECKING:
+    from backends.milvus.adapter import MilvusAdapter
+
+PARTITION_KEY_TYPES = frozenset({FieldType.KEYWORD, FieldType.INTEGER})
+"""Schema types a partition key may have (Milvus: VARCHAR or INT64, never nullable)."""
 
 
 def embed_chunks(
@@ -75,7 +86,27 @@ def lance_vectors(index_dir: Path, corpus: Corpus) -> npt.NDArray[np.float32]:
     return np.asarray([by_id[c.chunk_id] for c in chunks], dtype=np.float32)
 
 
-def _collection_schema(client: MilvusClient, dims: int, corpus_schema: CorpusSchema) -> Any:
+def check_partition_key(corpus: Corpus, name: str | None) -> None:
+    """A partition key is a keyword or integer field every chunk holds (Milvus keys are never null)."""
+    if name is None:
+        return
+    spec = corpus.corpus_schema.filterable().get(name)
+    if spec is None or spec.type not in PARTITION_KEY_TYPES:
+        raise BackendUnavailable(
+            f"partition key {name!r} is not a keyword or integer field of the corpus schema", where="--partition-key"
+        )
+    lacking = [c.chunk_id for c in corpus.chunks if c.metadata.get(name) is None]
+    if lacking:
+        raise BackendUnavailable(
+            f"partition key {name!r}: {len(lacking)} chunks have no value (first {lacking[0]}); Milvus keys are "
+            "never null",
+            where="--partition-key",
+        )
+
+
+def _collection_schema(
+    client: MilvusClient, dims: int, corpus_schema: CorpusSchema, partition_key: str | None = None
+) -> Any:
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("chunk_id", DataType.VARCHAR, is_primary=True, max_length=_VARCHAR_MAX)
     for name in _TEXT_FIELDS:
@@ -94,6 +125,9 @@ def _collection_schema(client: MilvusClient, dims: int, corpus_schema: CorpusSch
                 max_length=_VARCHAR_MAX,
                 nullable=True,
             )
+        elif name == partition_key:
+            extra = {"max_length": _VARCHAR_MAX} if spec.type is FieldType.KEYWORD else {}
+            schema.add_field(name, _METADATA_TYPES[spec.type], is_partition_key=True, **extra)
         elif _METADATA_TYPES[spec.type] is DataType.VARCHAR:
             schema.add_field(name, DataType.VARCHAR, max_length=_VARCHAR_MAX, nullable=True)
         else:
@@ -139,6 +173,9 @@ def load_collection(
     index_type: str,
     build_params: dict[str, int],
     timeout: float,
+    *,
+    consistency: str = CONSISTENCY,
+    partition_key: str | None = None,
 ) -> None:
     """Create ``collection`` at ``resolved`` (replacing one of that name) with its vector index,
     insert the corpus's chunks with their ``vectors``, flush and load it."""
@@ -153,9 +190,9 @@ def load_collection(
             index_params.add_index(field_name=VECTOR, index_type=index_type, metric_type="COSINE", params=build_params)
             client.create_collection(
                 collection,
-                schema=_collection_schema(client, dims, schema),
+                schema=_collection_schema(client, dims, schema, partition_key),
                 index_params=index_params,
-                consistency_level=CONSISTENCY,
+                consistency_level=consistency,
             )
             for start in range(0, len(chunks), _INSERT_BATCH):
                 client.insert(
@@ -214,6 +251,9 @@ def write_manifest(
     identity: EmbedderIdentity,
     index_type: str,
     params: dict[str, int],
+    *,
+    consistency: str = CONSISTENCY,
+    partition_key: str | None = None,
 ) -> dict[str, Any]:
     """The instance's manifest (where the collection is, what built it), written beside it."""
     manifest: dict[str, Any] = {
@@ -223,7 +263,99 @@ def write_manifest(
         "embedder": identity.model_dump(mode="json"),
         "schema": schema_json(corpus.corpus_schema),
         "index": {"index_type": index_type, "metric_type": "COSINE", "params": params},
-        "consistency_level": CONSISTENCY,
+        "consistency_level": consistency,
     }
+    if partition_key is not None:
+        manifest["partition_key"] = partition_key
     (folder / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")
     return manifest
+
+
+def write_built_contract(
+    adapter: MilvusAdapter,
+    vectors: npt.NDArray[np.float32],
+    chunks: Sequence[Chunk],
+    build_params: dict[str, int],
+    stored_uri: str,
+) -> None:
+    """The instance's contract, generated from its collection: FLAT's as shipped, an ANN index's
+    with the recall measured on it now (and its calibration curves), at its consistency level."""
+    index_type = adapter.index_type
+    contract = adapter.index_contracts()[0]
+    if index_type != "FLAT":
+        recall, note = adapter.measure_recall(vectors, chunks)
+        contract = _with_recall(contract, recall, note, index_type, build_params)
+    contract = with_consistency(contract, adapter.consistency).model_copy(
+        update={"source_domain": f"{contract.source_domain}; collection {adapter.collection!r} at {stored_uri}"}
+    )
+    write_contracts(adapter.folder, (contract,))
+    if index_type != "FLAT":
+        from backends.milvus.calibration import write_calibration
+
+        adapter.generated_contracts = (contract,)
+        write_calibration(adapter, adapter.folder)
+
+
+def build_instance(
+    cls: type[MilvusAdapter],
+    corpus: Corpus,
+    index_dir: Path,
+    progress: Progress | None,
+    embedder: Embedder | None,
+    uri: str | None,
+    collection: str,
+    index_type: str,
+    timeout: float,
+    vectors: npt.NDArray[np.float32] | None,
+    *,
+    consistency: str,
+    partition_key: str | None,
+) -> str:
+    """``MilvusAdapter.build``: load the collection, write the manifest and the contract."""
+    if index_type not in INDEX_TYPES:
+        raise BackendUnavailable(f"milvus index type {index_type!r} is not one of {INDEX_TYPES}", where="milvus")
+    level = level_of(consistency, where="consistency")
+    check_partition_key(corpus, partition_key)
+    embedder = embedder or MiniLMEmbedder()
+    identity = embedder.identity
+    folder = index_dir / cls.backend
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    stored_uri = uri if uri is not None else LITE_FILE
+    resolved = resolve_uri(folder, stored_uri)
+    chunks = corpus.chunks
+    if vectors is None:
+        vectors = embed_chunks(chunks, embedder, progress)
+    elif vectors.shape != (len(chunks), identity.dims):
+        raise BackendUnavailable(
+            f"{vectors.shape} vectors given for {len(chunks)} chunks of {identity.dims} dims", where="milvus"
+        )
+    build_params = _index_build_params(index_type, len(chunks))
+    key = partition_key
+    load_collection(
+        resolved, collection, corpus, vectors, identity.dims, index_type, build_params, timeout, consistency=level,
+        partition_key=key,
+    )  # fmt: skip
+    manifest = write_manifest(
+        folder, stored_uri, collection, corpus, identity, index_type, build_params, consistency=level, partition_key=key
+    )
+    adapter = cls(folder, manifest, embedder, timeout=timeout)
+    try:
+        write_built_contract(adapter, vectors, chunks, build_params, stored_uri)
+        return adapter.generation()
+    finally:
+        adapter.close()
+
+
+def with_partition_key(contract: Contract, name: str | None) -> Contract:
+    """``contract`` stating the collection's partition key: an ``eq``/``in`` filter on it is part of
+    the search expression, which Milvus prunes to the partitions of its values before searching.
+    The answer is the expression's either way; on FLAT the field stays ``native_prefilter_exact``."""
+    if name is None or name not in contract.filters:
+        return contract
+    said = (
+        f" Partition key {name!r}: an eq/in filter on it is pushed into the search expression, which searches only "
+        "the partitions its values hash to."
+    )
+    return contract.model_copy(update={"description": contract.description + said})

@@ -15,15 +15,17 @@ from backends.schema import FieldSpec
 from rsc import BackendUnavailable, fingerprint
 
 
-def read_rows(client: MilvusClient, collection: str, fields: Sequence[str], timeout: float) -> list[dict[str, Any]]:
-    """Every row's ``fields``, in chunk-id order."""
+def read_rows(
+    client: MilvusClient, collection: str, fields: Sequence[str], timeout: float, consistency: str = CONSISTENCY
+) -> list[dict[str, Any]]:
+    """Every row's ``fields``, in chunk-id order, read at ``consistency``."""
     rows: list[dict[str, Any]] = []
     with milvus_errors(f"milvus:{collection}"):
         iterator = client.query_iterator(
             collection,
             batch_size=_READ_BATCH,
             output_fields=list(fields),
-            consistency_level=CONSISTENCY,
+            consistency_level=consistency,
             timeout=timeout,
         )
         try:
