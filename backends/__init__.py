@@ -12,7 +12,7 @@ from rsc import Contract
 
 if TYPE_CHECKING:
     from backends.graph import GraphAdapter
-    from backends.lancedb import LanceAdapter
+    from backends.lancedb import LanceAdapter, LanceIndex
     from backends.remote import RemoteAdapter
     from backends.tantivy import TantivyAdapter
 
@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 _ADAPTERS = {
     "GraphAdapter": "backends.graph",
     "LanceAdapter": "backends.lancedb",
+    "LanceIndex": "backends.lancedb",
     "RemoteAdapter": "backends.remote",
     "TantivyAdapter": "backends.tantivy",
 }
-_LOCAL = ("TantivyAdapter", "LanceAdapter", "GraphAdapter")
+# LanceDB's is the handle that plans from the index's files and opens the table on first need.
+_LOCAL = ("TantivyAdapter", "LanceIndex", "GraphAdapter")
 # The backend package of each local adapter, in build order, and of the remote one.
 _LOCAL_PACKAGES = ("tantivy", "lancedb", "graph")
 
@@ -52,6 +54,7 @@ def shipped_contracts(*, remote: bool = False) -> tuple[Contract, ...]:
     found = [c for p in packages for c in load_contracts_beside(str(here / p / "__init__.py"))]
     return tuple(sorted(found, key=lambda c: (c.rsc_id, c.version)))
 
+
 __all__ = [
     "LOCAL_ADAPTERS",
     "METADATA_FIELDS",
@@ -61,6 +64,7 @@ __all__ = [
     "Edge",
     "GraphAdapter",
     "LanceAdapter",
+    "LanceIndex",
     "Progress",
     "RemoteAdapter",
     "TantivyAdapter",

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,7 @@ def test_shipped_contracts_are_the_adapters_own() -> None:
 _MODEL_PROBE = """
 import contextlib, io, json, sys
 from pathlib import Path
+from typing import Any
 reads = []
 def audit(event, args):
     if event == "open" and args and str(args[0]).endswith("model.safetensors"):
@@ -186,3 +188,116 @@ def test_without_the_model_a_vector_index_still_answers_lexical_plans(
     [failure] = receipt.gaps
     assert failure.kind is GapKind.BACKEND_ERROR and failure.backend == "lancedb"
     assert "is not installed" in failure.detail and INSTALL_HINT in failure.detail
+
+
+# -- planning a lexical plan never opens the LanceDB table ------------------------------------
+
+# Runs `race plan` and `race run --json` of a lexical plan, then a vector plan, each with the
+# modules of LanceDB and pyarrow looked up after it; prints what each step imported and the
+# run's receipt, normalized, as canonical JSON.
+_LANCE_PROBE = """
+import contextlib, io, json, sys
+from pathlib import Path
+from typing import Any
+from race.cli import main
+from race.engine import Engine
+from rsc.canonical import dumps_canonical
+index_dir, lexical, vector = sys.argv[1], sys.argv[2], sys.argv[3]
+loaded = lambda: sorted(m for m in ("lancedb", "pyarrow") if m in sys.modules)
+steps = {}
+for command in (["plan", lexical], ["run", lexical, "--json"]):
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main([*command, "--index", index_dir])
+        except SystemExit as exit:
+            assert not exit.code, exit.code
+    steps[command[0]] = loaded()
+engine = Engine.open(Path(index_dir))
+lexical_receipt = engine.run_sync(Path(lexical))
+steps["engine run lexical"] = loaded()
+vector_receipt = engine.run_sync(Path(vector))
+steps["engine run vector"] = loaded()
+print(json.dumps({
+    "steps": steps,
+    "lexical": dumps_canonical(lexical_receipt.normalized()).decode(),
+    "vector": dumps_canonical(vector_receipt.normalized()).decode(),
+}))
+"""
+
+
+def _with_the_table(index_dir: Path) -> Any:
+    """An engine over ``index_dir`` whose LanceDB backend is the adapter over the table itself."""
+    from backends.lancedb import LanceAdapter
+    from race.engine import Engine
+
+    opened = Engine.open(index_dir)
+    return Engine({**opened.adapters, "lancedb": LanceAdapter.open(index_dir)})
+
+
+def test_a_lexical_plan_plans_and_runs_without_lancedb(index_dir: Path) -> None:
+    from rsc.canonical import dumps_canonical
+
+    lexical = FIXTURES / "plans" / "cascade_lexical.json"
+    vector = FIXTURES / "plans" / "exhaustive_vector.json"
+    probe = subprocess.run(
+        [sys.executable, "-c", _LANCE_PROBE, str(index_dir), str(lexical), str(vector)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout)
+    assert seen["steps"] == {
+        "plan": [],
+        "run": [],
+        "engine run lexical": [],
+        # The first vector leg opens the table.
+        "engine run vector": ["lancedb", "pyarrow"],
+    }
+    # The same receipts, byte for byte, as an engine that opened the table at once.
+    reference = _with_the_table(index_dir)
+    for name, plan in (("lexical", lexical), ("vector", vector)):
+        assert seen[name] == dumps_canonical(reference.run_sync(plan).normalized()).decode(), name
+    assert json.loads(seen["vector"])["evidence"]
+
+
+def test_the_index_handle_answers_as_the_table_does(index_dir: Path, tmp_path: Path) -> None:
+    """Generation, statistics, identity, contracts and calibrations read from the index's files
+    are the adapter's own; after a commit the handle opens the table, and once the adapter has
+    kept the new version's facts a fresh handle answers from files again."""
+    import shutil
+
+    import lancedb
+
+    from backends.lancedb import LanceAdapter, LanceIndex
+    from backends.lancedb.handle import TABLE
+
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+
+    def same(handle: LanceIndex, real: LanceAdapter) -> None:
+        assert handle.generation() == real.generation()
+        assert handle.statistics().model_dump_json() == real.statistics().model_dump_json()
+        assert handle.identity == real.identity and handle.models() == real.models()
+        assert handle.index_contracts() == real.index_contracts()
+        assert handle.calibrations() == real.calibrations()
+        assert handle.corpus_schema == real.corpus_schema
+
+    handle = LanceIndex.open(copy)
+    same(handle, LanceAdapter.open(copy))
+    assert handle._real is None, "the handle opened the table"
+    before = handle.generation()
+
+    table = lancedb.connect(str(copy / "lancedb")).open_table(TABLE)
+    table.add(table.to_arrow().slice(0, 1))
+    after = LanceAdapter.open(copy).generation()
+    assert after != before and ":unindexed=1:" in after
+    assert handle.generation() == after  # the kept facts are of the old version: the table is read
+    assert handle._real is not None
+
+    reader = LanceAdapter.open(copy)
+    reader.statistics()  # reading its statistics, the adapter keeps the new version's facts
+    fresh = LanceIndex.open(copy)
+    same(fresh, reader)
+    assert fresh._real is None and fresh.generation() == after
+    assert fresh.statistics().rows == table.count_rows()

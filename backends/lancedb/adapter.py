@@ -44,6 +44,7 @@ from backends.generated import generate_contracts, read_contracts, schema_of, wr
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, MatrixStore
+from backends.lancedb.handle import write_facts
 from backends.lancedb.query import (
     MANIFEST,
     MODE_ANN_POSTFILTER,
@@ -123,7 +124,9 @@ class LanceAdapter(LanceSnapshots):
         path = index_dir / cls.backend
         schema = build_table(corpus, path, progress, embedder)
         write_contracts(path, generate_contracts(cls.contracts(), schema))
-        return cls.open(index_dir, embedder=embedder).generation()
+        adapter = cls.open(index_dir, embedder=embedder)
+        adapter.statistics()  # kept with the row counts: an engine then plans without opening the table
+        return adapter.generation()
 
     @classmethod
     def open(cls, index_dir: Path, *, embedder: Embedder | None = None) -> Self:
@@ -175,6 +178,11 @@ class LanceAdapter(LanceSnapshots):
             counts[name] = {str(p["values"]): int(p["counts"]) for p in sorted(pairs, key=lambda p: str(p["values"]))}
         stats = BackendStatistics(backend=self.backend, rows=snap.rows, value_counts=counts)
         self._stats = (snap.manifest, stats)
+        if self._pin is None:
+            # What ``LanceIndex`` answers planning with, for as long as this version is the latest.
+            write_facts(
+                self._path, snap.version, snap.manifest, (snap.rows, snap.indexed_rows, snap.unindexed_rows), stats
+            )
         return stats
 
     # -- scans --------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ from lancedb.table import Table
 
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
 from backends.embedding import EmbedderIdentity
+from backends.lancedb.handle import generation_of, manifest_digest
+from backends.lancedb.handle import next_manifest as _next_manifest  # tests read it from here
 from backends.lancedb.query import MANIFEST, TABLE, VECTOR_INDEX
-from rsc import BackendUnavailable, IndexMissingError, fingerprint_bytes
+from rsc import BackendUnavailable, IndexMissingError
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,6 @@ class Snapshot:
     """The corpus revision ``race.json`` records for the table this version belongs to."""
 
 
-_U64_MAX: Final = 2**64 - 1
-
-
 @dataclass(frozen=True)
 class _GenerationMemo:
     """The generation read for one table version, and what shows that version is still the latest."""
@@ -48,33 +47,6 @@ class _GenerationMemo:
     """(inode, mtime, ctime) of ``_versions/``, taken before the version was read."""
     next_manifest: str | None
     """The path the manifest of the next version will have; ``None`` if its name is unknown."""
-
-
-def _manifest_name(version: int, *, v2: bool) -> str:
-    # Lance's manifest naming schemes: V2 counts down from u64::MAX so the latest lists first.
-    return f"{_U64_MAX - version:020d}.manifest" if v2 else f"{version}.manifest"
-
-
-def _next_manifest(versions_dir: str, version: int) -> str | None:
-    """Where the commit after ``version`` will put its manifest, in the scheme (V2 or V1) of the
-    manifest of ``version``; ``None`` if that one is not there to tell."""
-    for v2 in (True, False):
-        if os.path.exists(os.path.join(versions_dir, _manifest_name(version, v2=v2))):
-            return os.path.join(versions_dir, _manifest_name(version + 1, v2=v2))
-    return None
-
-
-def _manifest_digest(versions_dir: str, version: int) -> str:
-    """The digest (hex) of the manifest file of ``version``. Lance writes each version's manifest
-    once (put-if-not-exists) and never changes it, so the digest names that version for good;
-    data files are named afresh by every write, so another table's version differs."""
-    for v2 in (True, False):
-        try:
-            with open(os.path.join(versions_dir, _manifest_name(version, v2=v2)), "rb") as handle:
-                return fingerprint_bytes(handle.read()).split(":", 1)[1]
-        except FileNotFoundError:
-            continue
-    raise IndexMissingError(f"table version {version} has no manifest", where=versions_dir)
 
 
 _VERSION_OF: Final = re.compile(r"^lancedb:v(\d+):")
@@ -119,7 +91,7 @@ class LanceSnapshots(Adapter):
             except (ValueError, FileNotFoundError) as exc:
                 raise IndexMissingError(f"the LanceDB table is gone: {exc}", where=str(self._path)) from exc
             current = table.version
-            digest = _manifest_digest(versions_dir, current)
+            digest = manifest_digest(versions_dir, current)
             if self._versions_inode() == before:
                 break
         else:
@@ -170,9 +142,8 @@ class LanceSnapshots(Adapter):
         return revision
 
     def _generation(self, snap: Snapshot) -> str:
-        return (
-            f"lancedb:v{snap.version}:manifest={snap.manifest}:indexed={snap.indexed_rows}"
-            f":unindexed={snap.unindexed_rows}:embedder={self._embedder_fingerprint}"
+        return generation_of(
+            snap.version, snap.manifest, snap.indexed_rows, snap.unindexed_rows, self._embedder_fingerprint
         )
 
     def pinned(self, generation: str) -> Adapter:
