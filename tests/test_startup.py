@@ -301,3 +301,48 @@ def test_the_index_handle_answers_as_the_table_does(index_dir: Path, tmp_path: P
     same(fresh, reader)
     assert fresh._real is None and fresh.generation() == after
     assert fresh.statistics().rows == table.count_rows()
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        b"",
+        b"{not json",
+        b"\xff\xfe",
+        b"[]",
+        b'{"version": "seven"}',
+        b'{"manifest": "0", "version": 1, "rows": 1, "indexed_rows": 1, "unindexed_rows": 0, "statistics": {}}',
+    ],
+    ids=["empty", "malformed", "not-utf8", "a-list", "fields-missing", "another-version"],
+)
+def test_a_damaged_facts_file_opens_the_table(index_dir: Path, tmp_path: Path, facts: bytes) -> None:
+    """Whatever snapshot.json holds, the handle answers what the table does: facts that do not
+    describe the latest version are not used, and the adapter writes them anew."""
+    import shutil
+
+    from backends.lancedb import LanceAdapter, LanceIndex
+    from backends.lancedb.handle import FACTS
+
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    (copy / "lancedb" / FACTS).write_bytes(facts)
+    handle = LanceIndex.open(copy)
+    real = LanceAdapter.open(copy)
+    assert handle.generation() == real.generation()
+    assert handle.statistics() == real.statistics()
+    assert (copy / "lancedb" / FACTS).read_bytes() == (index_dir / "lancedb" / FACTS).read_bytes()
+
+
+def test_facts_with_statistics_of_another_shape_are_not_used(index_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from backends.lancedb import LanceAdapter, LanceIndex
+    from backends.lancedb.handle import FACTS
+
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    path = copy / "lancedb" / FACTS
+    facts = json.loads(path.read_bytes())
+    path.write_text(json.dumps({**facts, "statistics": {"rows": -1}}), encoding="utf-8")
+    handle = LanceIndex.open(copy)
+    assert handle.statistics() == LanceAdapter.open(copy).statistics()

@@ -214,9 +214,12 @@ class LanceIndex(Adapter):
 
     def statistics(self) -> BackendStatistics:
         facts = self._latest_facts()
-        if facts is None:
-            return self.adapter().statistics()
-        return BackendStatistics.model_validate(facts["statistics"])
+        if facts is not None:
+            try:
+                return BackendStatistics.model_validate(facts["statistics"])
+            except ValueError:  # pydantic's ValidationError among them: the table answers
+                pass
+        return self.adapter().statistics()
 
     def _latest_facts(self) -> dict[str, Any] | None:
         """The kept facts if they describe the latest table version of the table this handle
