@@ -43,8 +43,10 @@ INSTANCE_NAME = r"^[a-z][a-z0-9_]*$"
 """An instance name is one segment of a contract id (``<name>.<kind>.<mode>``)."""
 
 Kind = Literal["tantivy", "lancedb", "graph", "race-remote", "milvus"]
-_ATTACHABLE = frozenset({"tantivy", "lancedb"})
+_ATTACHABLE = frozenset({"tantivy", "lancedb", "milvus"})
 """Kinds whose instance may be an index RACE did not build (with a field mapping)."""
+_SHARDABLE = frozenset({"tantivy", "lancedb"})
+"""Kinds whose instance may list the ``race index`` directories of its shards."""
 
 
 class EmbedderRef(Record):
@@ -87,16 +89,18 @@ class Instance(Record):
     kind: Kind
     """``tantivy``, ``lancedb``, ``graph``, ``race-remote`` (a ``race serve`` server) or ``milvus``."""
     location: Annotated[str, Field(min_length=1)] | None = None
-    """A path (relative to the catalog file), a LanceDB URI or a server URL; required unless the
-    instance lists its ``shards``."""
+    """A path (relative to the catalog file), a LanceDB or Milvus URI (a milvus-lite ``*.db`` file is
+    a path) or a server URL; required unless the instance lists its ``shards``."""
     table: Annotated[str, Field(min_length=1)] | None = None
     """LanceDB: the table of an attached database."""
     vector: Annotated[str, Field(min_length=1)] | None = None
-    """LanceDB: the vector column of an attached table (default: its only one)."""
+    """LanceDB or Milvus: the vector column of an attached table or collection (default: its only one)."""
+    collection: Annotated[str, Field(min_length=1)] | None = None
+    """Milvus: the collection of an attached instance (``location`` is its URI)."""
     fields: FieldMapping | None = None
     """The field mapping of an index RACE did not build; none for one `race index` built."""
     embedder: EmbedderRef | None = None
-    """The embedder the instance's vectors came from (required for an attached LanceDB table)."""
+    """The embedder the instance's vectors came from (required for an attached LanceDB table or Milvus collection)."""
     check_vectors: bool = True
     """LanceDB attached: embed a few rows' text and refuse the table if its vectors differ."""
     key_domain: Annotated[str, Field(pattern=INSTANCE_NAME)] | None = None
@@ -122,10 +126,15 @@ class Instance(Record):
                 raise ValueError("an attached LanceDB instance names its 'table'")
             if self.embedder is None:
                 raise ValueError("an attached LanceDB instance names the 'embedder' its vectors come from")
+        elif self.kind == "milvus" and self.fields is not None:
+            if self.collection is None or self.embedder is None or self.table is not None:
+                raise ValueError("an attached Milvus instance names its 'collection' and its 'embedder' (no 'table')")
         elif self.table is not None or self.vector is not None:
             raise ValueError("'table' and 'vector' belong to an attached LanceDB instance")
+        if self.collection is not None and (self.kind != "milvus" or self.fields is None):
+            raise ValueError("'collection' belongs to an attached Milvus instance (with its 'fields')")
         if self.shards:
-            if self.kind not in _ATTACHABLE or self.fields is not None or self.location is not None:
+            if self.kind not in _SHARDABLE or self.fields is not None or self.location is not None:
                 raise ValueError(
                     "'shards' lists the `race index` directories of a tantivy or lancedb instance, not 'location'"
                 )

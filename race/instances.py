@@ -193,6 +193,16 @@ def _adapter(name: str, instance: Instance, *, base: Path, embedder: Embedder | 
             key_domain=instance.key_domain,
             check_vectors=instance.check_vectors,
         )
+    if kind == "milvus" and instance.fields is not None:
+        from backends.milvus.attached import AttachedMilvusAdapter
+
+        assert embedder is not None and instance.collection is not None
+        uri = instance.location if "://" in instance.location else str(_located(instance.location, base))
+        return AttachedMilvusAdapter(
+            name=name, uri=uri, collection=instance.collection, mapping=instance.fields, embedder=embedder,
+            vector=instance.vector, key_domain=instance.key_domain, timeout=instance.timeout_s,
+            consistency=instance.consistency,
+        )  # fmt: skip
     path = _located(instance.location, base)
     if kind == "tantivy" and instance.fields is not None:
         from backends.tantivy.attached import AttachedTantivyAdapter

@@ -97,7 +97,7 @@ def test_toml_and_json_catalogs_are_one_record() -> None:
                 "schema_version": "race.catalog/1",
                 "instances": {"a": {"kind": "milvus", "location": "x", "fields": {"id": "k", "text": "t"}}},
             },
-            "a milvus instance has no field mapping",
+            "an attached Milvus instance names its 'collection'",
         ),
     ],
 )

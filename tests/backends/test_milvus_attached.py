@@ -1,0 +1,212 @@
+"""A Milvus collection RACE did not load, attached through a catalog: created here with pymilvus
+directly in milvus-lite (field names RACE never heard of, paragraphs of the system's licence
+files, a partition key), its contract generated from the real collection, a plan run over it
+answering what a direct pymilvus search and a float64 numpy reference answer, custody fields
+it lacks reported absent with a reason, and an HNSW-indexed collection refused rather than
+served under an assumed recall."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import numpy as np
+import pytest
+
+from rsc import FilterSupportClass, GapKind, IndexMissingError
+from tests.backends.attached import license_rows
+from tests.backends.conftest import milvus_available
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.skipif(not milvus_available(), reason="the race[milvus] extra is not installed")
+
+TEXT = "you may redistribute copies of the software provided the notice is kept"
+
+
+def _create(uri: str, name: str, rows: list[dict[str, Any]], vectors: Any, index_type: str) -> None:
+    from pymilvus import DataType, MilvusClient
+
+    client = MilvusClient(uri)
+    try:
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("ticket", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("body", DataType.VARCHAR, max_length=65_535)
+        schema.add_field("team", DataType.VARCHAR, max_length=64, is_partition_key=True)
+        schema.add_field("prio", DataType.INT64)
+        schema.add_field("src", DataType.VARCHAR, max_length=1024)
+        schema.add_field("emb", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
+        params = client.prepare_index_params()
+        build = {"M": 8, "efConstruction": 64} if index_type == "HNSW" else {}
+        params.add_index(field_name="emb", index_type=index_type, metric_type="COSINE", params=build)
+        client.create_collection(name, schema=schema, index_params=params)
+        client.insert(
+            name,
+            [
+                {"ticket": r["doc_key"], "body": r["body"], "team": r["team"], "prio": r["prio"], "src": r["src"],
+                 "emb": np.asarray(v, dtype=np.float32).tolist()}
+                for r, v in zip(rows, vectors, strict=True)
+            ],
+        )  # fmt: skip
+        client.flush(name)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from milvus_lite import server_manager_instance
+
+    from backends.embedding import MiniLMEmbedder
+
+    folder = tmp_path_factory.mktemp("milvus_lake")
+    uri = str(folder / "lake.db")
+    rows = license_rows()
+    vectors = MiniLMEmbedder().embed([r["body"] for r in rows]).astype(np.float32)
+    _create(uri, "tickets", rows, vectors, "FLAT")
+    _create(uri, "tickets_hnsw", rows, vectors, "HNSW")
+    try:
+        yield {"folder": folder, "uri": uri, "rows": rows, "vectors": vectors}
+    finally:
+        server_manager_instance.release_server(uri)
+
+
+def _catalog(lake: dict[str, Any], index_dir: Path, collection: str = "tickets", **extra: Any) -> Path:
+    """fixtures/catalogs/attached_milvus.toml beside the collection and the index it names, with
+    ``collection`` and ``extra`` set on its Milvus instance."""
+    folder = Path(lake["folder"])
+    if not (folder / "index").exists():
+        (folder / "index").symlink_to(index_dir)
+    catalog = tomllib.loads((FIXTURES / "catalogs" / "attached_milvus.toml").read_text(encoding="utf-8"))
+    catalog["instances"]["tickets"].update(collection=collection, **extra)
+    path = folder / f"{collection}.json"
+    path.write_text(json.dumps(catalog), encoding="utf-8")
+    return path
+
+
+def _plan(k: int) -> dict[str, Any]:
+    return {
+        "schema_version": "race.plan/1",
+        "root": "both",
+        "obligations": [
+            {
+                "id": "lexical",
+                "kind": "seek_support",
+                "query": {"text": "broker memory killed"},
+                "query_class": "lexical",
+                "k": 3,
+                "allow_contracts": ["docs.tantivy.bm25"],
+            },
+            {
+                "id": "licences",
+                "kind": "seek_support",
+                "query": {"text": TEXT},
+                "query_class": "conceptual",
+                "k": k,
+                "hard_filters": [{"field": "team", "op": "in", "values": ["legal", "web"]}],
+                "required_coverage": "exhaustive_for_declared_fragment",
+                "allow_contracts": ["tickets.milvus.flat_prefilter"],
+            },
+        ],
+        "operators": [{"id": "both", "op": "union", "inputs": ["lexical", "licences"]}],
+    }
+
+
+def _direct(uri: str, vector: Any, k: int) -> list[str]:
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri)
+    try:
+        answer = client.search(
+            "tickets",
+            data=[np.asarray(vector, dtype=np.float32).tolist()],
+            limit=1000,
+            filter='team in ["legal", "web"]',
+            output_fields=["ticket"],
+            search_params={"metric_type": "COSINE"},
+        )
+    finally:
+        client.close()
+    return [cid for _, cid in sorted((1.0 - float(h["distance"]), str(h["ticket"])) for h in answer[0])[:k]]
+
+
+def test_an_attached_collection_answers_as_pymilvus_and_numpy(lake: dict[str, Any], index_dir: Path) -> None:
+    from backends.milvus.search import exact_top_k
+    from race.engine import Engine
+
+    engine = Engine.from_catalog(_catalog(lake, index_dir))
+    try:
+        adapter = cast(Any, engine.adapters["tickets"])
+        (contract,) = adapter.index_contracts()
+        assert contract.rsc_id == "tickets.milvus.flat_prefilter" and contract.coverage.claim.value == "exhaustive_topk"
+        assert sorted(contract.filters) == ["chunk_id", "doc_id", "prio", "team"]
+        assert all(f.support is FilterSupportClass.NATIVE_PREFILTER_EXACT for f in contract.filters.values())
+        assert "Partition key ['team']" in contract.description and "'tickets'" in contract.description
+        explain = engine.plan_sync(_plan(6)).model_dump_json()
+        assert "tickets.milvus.flat_prefilter@1.0.0" in explain and "docs.tantivy.bm25@" in explain
+        receipt = engine.run_sync(_plan(6))
+        statuses = {o.id: o.status.value for o in receipt.obligations}
+        assert statuses["licences"] == "satisfied", receipt.gaps
+        hits = [h for e in receipt.evidence for h in e.hits if h.custody.backend == "tickets"]
+        assert {h.custody.backend for e in receipt.evidence for h in e.hits} == {"docs", "tickets"}
+        vector, _ = adapter._queries.vector(TEXT)
+        rows, vectors = lake["rows"], lake["vectors"]
+        keep = [i for i, r in enumerate(rows) if r["team"] in ("legal", "web")]
+        expected = exact_top_k(vectors[keep], [rows[i]["doc_key"] for i in keep], vector, 6)
+        ranked = sorted(hits, key=lambda h: h.custody.rank)
+        assert [h.chunk_id for h in ranked] == [cid for cid, _ in expected] == _direct(lake["uri"], vector, 6)
+        assert [h.custody.score for h in ranked] == pytest.approx([d for _, d in expected], abs=2e-6)
+        by_key = {r["doc_key"]: r for r in rows}
+        for hit in ranked:
+            row = by_key[hit.chunk_id]
+            assert hit.key == f"tickets:{hit.chunk_id}" and hit.text == row["body"]
+            assert hit.metadata == {"prio": row["prio"], "team": row["team"]}
+            assert hit.custody.source_path == row["src"]
+            assert hit.custody.line_start is None and hit.custody.source_hash is None
+            assert set(hit.custody.absent) == {"line_start", "line_end", "source_hash"}
+            assert "maps no column" in hit.custody.absent["source_hash"]
+            assert hit.custody.index_identity.endswith("/tickets")
+        assert not [g for g in receipt.gaps if g.kind is GapKind.WEAK_CONSISTENCY]
+    finally:
+        anyio.run(engine.aclose)
+
+
+def test_an_attached_collection_read_bounded_says_so(lake: dict[str, Any], index_dir: Path) -> None:
+    from race.engine import Engine
+
+    engine = Engine.from_catalog(_catalog(lake, index_dir, consistency="Bounded"))
+    try:
+        (contract,) = engine.adapters["tickets"].index_contracts()
+        assert "Bounded consistency" in contract.snapshot.freshness
+        receipt = engine.run_sync(_plan(4))
+        caveats = [g for g in receipt.gaps if g.kind is GapKind.WEAK_CONSISTENCY]
+        assert [g.backend for g in caveats] == ["tickets"]
+        assert {o.id: o.status.value for o in receipt.obligations}["licences"] == "satisfied"
+    finally:
+        anyio.run(engine.aclose)
+
+
+def test_an_hnsw_collection_is_refused_not_assumed(lake: dict[str, Any], index_dir: Path) -> None:
+    from race.engine import Engine
+
+    with pytest.raises(IndexMissingError, match="HNSW index: its recall is not measured"):
+        Engine.from_catalog(_catalog(lake, index_dir, collection="tickets_hnsw"))
+
+
+def test_a_mapping_names_real_fields(lake: dict[str, Any], index_dir: Path) -> None:
+    from race.catalog import parse_catalog
+    from race.engine import Engine
+    from rsc import InputError
+
+    path = _catalog(lake, index_dir)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["instances"]["tickets"]["fields"]["hash"] = "digest"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(IndexMissingError, match="no field 'digest'"):
+        Engine.from_catalog(path)
+    del data["instances"]["tickets"]["collection"]
+    with pytest.raises(InputError, match="collection"):
+        parse_catalog(json.dumps(data).encode(), where="c.json", toml=False)
