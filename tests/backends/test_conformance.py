@@ -29,7 +29,11 @@ SAMPLES.update(json.loads((FIXTURES / "cases" / "conformance_attached.json").rea
 LOCAL_BACKENDS = ["tantivy", "lancedb", "graph"]
 MILVUS_BACKENDS = {"milvus-flat": "milvus_flat", "milvus-hnsw": "milvus_ann"}
 """Milvus collections (milvus-lite, started by tests/backends/conftest.py), one per index type."""
-ATTACHED_BACKENDS = {"attached-lancedb": "attached_lance", "attached-tantivy": "attached_tantivy"}
+ATTACHED_BACKENDS = {
+    "attached-lancedb": "attached_lance",
+    "attached-tantivy": "attached_tantivy",
+    "attached-milvus": "attached_milvus",
+}
 """Catalog instances RACE did not build (tests/backends/attached.py)."""
 FIXTURE_BACKENDS = {**MILVUS_BACKENDS, **ATTACHED_BACKENDS}
 

@@ -19,41 +19,12 @@ import pytest
 
 from rsc import FilterSupportClass, GapKind, IndexMissingError
 from tests.backends.attached import license_rows
-from tests.backends.conftest import milvus_available
+from tests.backends.conftest import create_milvus_collection, milvus_available
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.skipif(not milvus_available(), reason="the race[milvus] extra is not installed")
 
 TEXT = "you may redistribute copies of the software provided the notice is kept"
-
-
-def _create(uri: str, name: str, rows: list[dict[str, Any]], vectors: Any, index_type: str) -> None:
-    from pymilvus import DataType, MilvusClient
-
-    client = MilvusClient(uri)
-    try:
-        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("ticket", DataType.VARCHAR, is_primary=True, max_length=512)
-        schema.add_field("body", DataType.VARCHAR, max_length=65_535)
-        schema.add_field("team", DataType.VARCHAR, max_length=64, is_partition_key=True)
-        schema.add_field("prio", DataType.INT64)
-        schema.add_field("src", DataType.VARCHAR, max_length=1024)
-        schema.add_field("emb", DataType.FLOAT_VECTOR, dim=int(vectors.shape[1]))
-        params = client.prepare_index_params()
-        build = {"M": 8, "efConstruction": 64} if index_type == "HNSW" else {}
-        params.add_index(field_name="emb", index_type=index_type, metric_type="COSINE", params=build)
-        client.create_collection(name, schema=schema, index_params=params)
-        client.insert(
-            name,
-            [
-                {"ticket": r["doc_key"], "body": r["body"], "team": r["team"], "prio": r["prio"], "src": r["src"],
-                 "emb": np.asarray(v, dtype=np.float32).tolist()}
-                for r, v in zip(rows, vectors, strict=True)
-            ],
-        )  # fmt: skip
-        client.flush(name)
-    finally:
-        client.close()
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +37,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     uri = str(folder / "lake.db")
     rows = license_rows()
     vectors = MiniLMEmbedder().embed([r["body"] for r in rows]).astype(np.float32)
-    _create(uri, "tickets", rows, vectors, "FLAT")
-    _create(uri, "tickets_hnsw", rows, vectors, "HNSW")
+    create_milvus_collection(uri, "tickets", rows, vectors, "FLAT")
+    create_milvus_collection(uri, "tickets_hnsw", rows, vectors, "HNSW")
     try:
         yield {"folder": folder, "uri": uri, "rows": rows, "vectors": vectors}
     finally:
@@ -125,12 +96,12 @@ def _direct(uri: str, vector: Any, k: int) -> list[str]:
             data=[np.asarray(vector, dtype=np.float32).tolist()],
             limit=1000,
             filter='team in ["legal", "web"]',
-            output_fields=["ticket"],
+            output_fields=["doc_key"],
             search_params={"metric_type": "COSINE"},
         )
     finally:
         client.close()
-    return [cid for _, cid in sorted((1.0 - float(h["distance"]), str(h["ticket"])) for h in answer[0])[:k]]
+    return [cid for _, cid in sorted((1.0 - float(h["distance"]), str(h["doc_key"])) for h in answer[0])[:k]]
 
 
 def test_an_attached_collection_answers_as_pymilvus_and_numpy(lake: dict[str, Any], index_dir: Path) -> None:
@@ -203,9 +174,9 @@ def test_a_mapping_names_real_fields(lake: dict[str, Any], index_dir: Path) -> N
 
     path = _catalog(lake, index_dir)
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["instances"]["tickets"]["fields"]["hash"] = "digest"
+    data["instances"]["tickets"]["fields"]["hash"] = "sha256_of_file"
     path.write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(IndexMissingError, match="no field 'digest'"):
+    with pytest.raises(IndexMissingError, match="no field 'sha256_of_file'"):
         Engine.from_catalog(path)
     del data["instances"]["tickets"]["collection"]
     with pytest.raises(InputError, match="collection"):
