@@ -8,9 +8,10 @@ time (``describe_collection`` and the vector field's ``describe_index``):
 * a FLAT index with the COSINE metric: the boolean filter expression is evaluated before the
   top-k and every passing row is compared, so the answer is exact and every scalar metadata
   field is ``native_prefilter_exact``;
-* any other index (HNSW, IVF, ...) answers approximately, and an approximate contract needs
-  recall measured on this collection. Attaching measures none, so such a collection is refused,
-  never served under an assumed recall;
+* an HNSW index answers approximately: its recall is measured on the collection when it is
+  attached (``measure_recall_rows``: unfiltered and under each keyword field's most and least
+  frequent value, against the exact float64 answer over the collection's rows), and the
+  contract states that bound, never an assumed one; any other index type is refused;
 * custody fields the collection lacks are ``null`` with the reason (``backends.mapping``).
 
 Reads use the instance's consistency level (``backends.milvus.consistency``). The generation
@@ -30,10 +31,12 @@ from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot
 from backends.corpus import Corpus
 from backends.embedding import Embedder, QueryVectors
 from backends.mapping import FieldMapping, absent_reasons, identity_operand, mapped_hits, metadata_columns
-from backends.milvus.client import _READ_BATCH, FLAT_CONTRACT, MAX_TOPK, MODE_FLAT, milvus_errors
-from backends.milvus.consistency import STRONG, caveat_detail, level_of, with_consistency
+from backends.milvus.attached_contract import IDENTITY as _IDENTITY
+from backends.milvus.attached_contract import attached_contract
+from backends.milvus.client import _READ_BATCH, INDEX_TYPES, MAX_TOPK, MODE_ANN, MODE_FLAT, milvus_errors
+from backends.milvus.consistency import STRONG, caveat_detail, level_of
 from backends.milvus.expr import NOTHING, filter_expr
-from backends.milvus.search import top_k
+from backends.milvus.search import measure_recall_rows, search_params, top_k
 from backends.schema import FieldSpec, FieldType
 from rsc import (
     BackendStatistics,
@@ -53,7 +56,6 @@ from rsc import (
     fingerprint,
 )
 
-_IDENTITY = ("chunk_id", "doc_id")
 _SCALAR = {
     DataType.VARCHAR: FieldType.KEYWORD,
     DataType.BOOL: FieldType.BOOLEAN,
@@ -65,7 +67,6 @@ _SCALAR = {
     DataType.DOUBLE: FieldType.FLOAT,
 }
 """Milvus scalar types a metadata field may have, as schema types (an ARRAY of VARCHAR is ``keyword[]``)."""
-_ORDERED = frozenset({FieldType.INTEGER, FieldType.FLOAT})
 
 
 def field_type(field: dict[str, Any]) -> FieldType | None:
@@ -139,10 +140,10 @@ class AttachedMilvusAdapter(Adapter):
         index_type, metric = str(self._index.get("index_type", "none")), str(self._index.get("metric_type", "none"))
         if metric != "COSINE":
             raise IndexMissingError(f"field {self._vector!r} is indexed with metric {metric}, not COSINE", where=where)
-        if index_type != "FLAT":
+        if index_type not in INDEX_TYPES:
             raise IndexMissingError(
-                f"field {self._vector!r} has a {index_type} index: its recall is not measured on this collection, "
-                "and an approximate contract is never served under an assumed recall (attach a FLAT index)",
+                f"field {self._vector!r} has a {index_type} index: only {list(INDEX_TYPES)} are served (a FLAT index "
+                "exactly, an HNSW index with the recall measured on the collection at attach)",
                 where=where,
             )
         typed = {n: field_type(f) for n, f in fields.items() if n != self._vector}
@@ -160,42 +161,20 @@ class AttachedMilvusAdapter(Adapter):
     # -- contract ------------------------------------------------------------------------------
 
     def _contract(self) -> Contract:
-        from backends.milvus.adapter import MilvusAdapter
-
-        template = next(c for c in MilvusAdapter.contracts() if c.rsc_id == FLAT_CONTRACT)
-        filters: dict[str, Any] = {f: {"support": "native_prefilter_exact", "ops": ["eq", "in"]} for f in _IDENTITY}
-        for column, kind in self._meta.items():
-            filters[column] = {
-                "support": "native_prefilter_exact",
-                "ops": ["eq", "in", "range"] if kind in _ORDERED else ["eq", "in"],
-            }
-        keys = [k for k in self._partition_keys if k in self._meta]
-        keyed = (
-            f" Partition key {keys}: an eq/in filter on it is pushed into the expression, which searches only "
-            "the partitions its values hash to."
-            if keys
-            else ""
-        )
-        data = template.model_dump(mode="json")
-        data.update(
-            rsc_id=f"{self.backend}.milvus.flat_prefilter",
-            version="1.0.0",
-            backend=self.backend,
-            description=(
-                f"Exact cosine top-k over Milvus collection {self._collection!r} (field {self._vector!r}, FLAT index): "
-                "the boolean filter expression is evaluated before the top-k, so every row that passes it is compared. "
-                "The score is 1 - cosine similarity; ties at the k-th distance are resolved by id after reading past "
-                f"them.{keyed} Read at consistency level {STRONG}."
-            ),
-            filters=dict(sorted(filters.items())),
-            score_calibration=None,
-            provenance_fields=[
-                f for f in template.provenance_fields if f not in self._absent and f not in ("char_start", "char_end")
-            ],
-            source_domain=f"Milvus collection {self._collection!r} at {self._uri}, attached (not loaded by RACE)",
-            snapshot={**data["snapshot"], "generation_fields": ["collection", "schema", "index", "row_fingerprint"]},
-        )
-        return with_consistency(Contract.model_validate(data), self._consistency)
+        measured = None
+        if self._index.get("index_type") != "FLAT":
+            rows = self.read_rows([*self._read, self._vector])
+            ids = [str(r[self._mapping.id]) for r in rows]
+            vectors = np.asarray([r[self._vector] for r in rows], dtype=np.float32).reshape(len(rows), -1)
+            fields = {c: FieldSpec(type=t) for c, t in self._meta.items()}
+            measured = measure_recall_rows(
+                self.search, fields, vectors, ids, [self._metadata(r) for r in rows], key=self._mapping.id
+            )
+        return attached_contract(
+            name=self.backend, collection=self._collection, uri=self._uri, vector=self._vector, index=self._index,
+            meta=self._meta, partition_keys=self._partition_keys, absent=self._absent,
+            consistency=self._consistency, measured=measured,
+        )  # fmt: skip
 
     @classmethod
     def contracts(cls) -> tuple[Contract, ...]:
@@ -311,9 +290,10 @@ class AttachedMilvusAdapter(Adapter):
         return filter_expr(tuple(renamed), fields)
 
     def search(self, vector: Any, expr: str | None, limit: int) -> list[tuple[dict[str, Any], float]]:
+        params = search_params(str(self._index.get("index_type")), limit)
         answer = self._call(
             self._client.search, self._collection, data=[np.asarray(vector, dtype=np.float32).tolist()],
-            limit=limit, filter=expr or "", output_fields=self._read, search_params={"metric_type": "COSINE"},
+            limit=limit, filter=expr or "", output_fields=self._read, search_params=params,
             anns_field=self._vector, consistency_level=self._consistency,
         )  # fmt: skip
         key = self._mapping.id
@@ -327,7 +307,7 @@ class AttachedMilvusAdapter(Adapter):
         self._queries.clear()
 
     def _scan(self, request: ScanRequest) -> ScanResult:
-        if request.mode != MODE_FLAT:
+        if request.mode != (MODE_FLAT if self._index.get("index_type") == "FLAT" else MODE_ANN):
             raise BackendUnavailable(f"{self.backend} has no mode {request.mode!r}", where=request.rsc_id)
         text = (request.query.text or "").strip()
         if not text:

@@ -87,19 +87,32 @@ def custody(request: ScanRequest, rows: Rows, generation: str, index_identity: s
 def measure_recall(
     search: Search, fields: dict[str, FieldSpec], vectors: npt.NDArray[np.float32], chunks: Sequence[Chunk]
 ) -> tuple[float, str]:
+    """``measure_recall_rows`` over a corpus's chunks."""
+    return measure_recall_rows(search, fields, vectors, [c.chunk_id for c in chunks], [c.metadata for c in chunks])
+
+
+def measure_recall_rows(
+    search: Search,
+    fields: dict[str, FieldSpec],
+    vectors: npt.NDArray[np.float32],
+    ids: Sequence[str],
+    metas: Sequence[dict[str, Any]],
+    *,
+    key: str = "chunk_id",
+) -> tuple[float, str]:
     """Mean recall@10 of ``search`` against the exact float64 answer, unfiltered and under each
     keyword field's most and least frequent value, over queries that are the normalized sums of
-    two stored vectors (points the index does not hold). Returns the lowest one-sided 95 % Wilson
-    lower bound of a bucket's mean, and a note of every bucket's mean, bound and sample."""
-    n = len(chunks)
-    ids = [c.chunk_id for c in chunks]
+    two stored vectors (points the index does not hold). ``search`` answers rows whose ``key``
+    is the id. Returns the lowest one-sided 95 % Wilson lower bound of a bucket's mean, and a note
+    of every bucket's mean, bound and sample."""
+    n = len(ids)
     buckets: list[tuple[str, Filter | None]] = [("unfiltered", None)]
     for name, spec in fields.items():
         if spec.type is not FieldType.KEYWORD:
             continue
         tally: dict[str, int] = {}
-        for chunk in chunks:
-            value = chunk.metadata.get(name)
+        for meta in metas:
+            value = meta.get(name)
             if isinstance(value, str):
                 tally[value] = tally.get(value, 0) + 1
         if not tally:
@@ -109,7 +122,7 @@ def measure_recall(
             buckets.append((f"{name}={value}", Filter(field=name, value=value)))
     means: list[tuple[str, float, int]] = []
     for label, flt in buckets:
-        keep = [i for i, c in enumerate(chunks) if flt is None or flt.matches(c.metadata)]
+        keep = [i for i, meta in enumerate(metas) if flt is None or flt.matches(meta)]
         if not keep:
             continue
         expr = filter_expr((flt,), fields) if flt is not None else None
@@ -119,7 +132,7 @@ def measure_recall(
             query = vectors[a] + vectors[b]
             query = (query / max(float(np.linalg.norm(query)), 1e-12)).astype(np.float32)
             exact = {cid for cid, _ in exact_top_k(vectors[keep], [ids[i] for i in keep], query, RECALL_K)}
-            found = {str(row["chunk_id"]) for row, _ in search(query, expr, RECALL_K)}
+            found = {str(row[key]) for row, _ in search(query, expr, RECALL_K)}
             recalls.append(len(exact & found) / len(exact))
         means.append((label, float(np.mean(recalls)), len(recalls)))
     lowest = min(wilson_lower(mean, size) for _, mean, size in means)

@@ -2,8 +2,8 @@
 directly in milvus-lite (field names RACE never heard of, paragraphs of the system's licence
 files, a partition key), its contract generated from the real collection, a plan run over it
 answering what a direct pymilvus search and a float64 numpy reference answer, custody fields
-it lacks reported absent with a reason, and an HNSW-indexed collection refused rather than
-served under an assumed recall."""
+it lacks reported absent with a reason, and an HNSW-indexed collection stating the recall
+measured on it when attached."""
 
 from __future__ import annotations
 
@@ -160,11 +160,50 @@ def test_an_attached_collection_read_bounded_says_so(lake: dict[str, Any], index
         anyio.run(engine.aclose)
 
 
-def test_an_hnsw_collection_is_refused_not_assumed(lake: dict[str, Any], index_dir: Path) -> None:
+def test_an_hnsw_collection_states_the_recall_measured_on_it(lake: dict[str, Any], index_dir: Path) -> None:
+    """The approximate contract's recall is measured at attach: its description's unfiltered
+    mean recall@10 is what a direct pymilvus HNSW search gives against a float64 numpy top-10
+    over the same queries (normalized sums of two stored vectors), and the stated recall is no
+    higher than any bucket's mean."""
+    import re
+
+    from pymilvus import MilvusClient
+
+    from backends.milvus.client import RECALL_K, RECALL_QUERIES
+    from backends.milvus.search import exact_top_k
     from race.engine import Engine
 
-    with pytest.raises(IndexMissingError, match="HNSW index: its recall is not measured"):
-        Engine.from_catalog(_catalog(lake, index_dir, collection="tickets_hnsw"))
+    engine = Engine.from_catalog(_catalog(lake, index_dir, collection="tickets_hnsw"))
+    try:
+        (contract,) = engine.adapters["tickets"].index_contracts()
+    finally:
+        anyio.run(engine.aclose)
+    assert contract.rsc_id == "tickets.milvus.ann_filtered" and contract.mode == "milvus_ann"
+    assert contract.coverage.claim.value == "approximate" and contract.coverage.recall is not None
+    assert {f.support for f in contract.filters.values()} == {FilterSupportClass.NATIVE_FILTERED_ANN}
+    assert all(f.recall == contract.coverage.recall for f in contract.filters.values())
+    means = {m[0]: float(m[1]) for m in re.findall(r"(\S+) mean ([0-9.]+), bound", contract.description)}
+    assert set(means) >= {"unfiltered", "team=legal"} and contract.coverage.recall <= min(means.values())
+    rows = sorted(lake["rows"], key=lambda r: str(r["doc_key"]))
+    by_key = {r["doc_key"]: v for r, v in zip(lake["rows"], lake["vectors"], strict=True)}
+    ids = [r["doc_key"] for r in rows]
+    vectors = np.asarray([by_key[i] for i in ids], dtype=np.float32)
+    client = MilvusClient(lake["uri"])
+    recalls = []
+    try:
+        for q in range(min(RECALL_QUERIES, len(ids))):
+            a, b = (q * 7919) % len(ids), (q * 104_729 + 1) % len(ids)
+            query = vectors[a] + vectors[b]
+            query = (query / max(float(np.linalg.norm(query)), 1e-12)).astype(np.float32)
+            exact = {cid for cid, _ in exact_top_k(vectors, ids, query, RECALL_K)}
+            answer = client.search(
+                "tickets_hnsw", data=[query.tolist()], limit=RECALL_K, output_fields=["doc_key"],
+                search_params={"metric_type": "COSINE", "params": {"ef": 64}},
+            )  # fmt: skip
+            recalls.append(len(exact & {str(h["doc_key"]) for h in answer[0]}) / len(exact))
+    finally:
+        client.close()
+    assert means["unfiltered"] == pytest.approx(float(np.mean(recalls)), abs=5e-4)
 
 
 def test_a_mapping_names_real_fields(lake: dict[str, Any], index_dir: Path) -> None:
