@@ -40,7 +40,7 @@ from backends.milvus.client import (
 )
 from backends.milvus.consistency import level_of, with_consistency
 from backends.schema import CorpusSchema, FieldType, datetime_micros
-from rsc import BackendUnavailable, Contract, CoverageClaim, FilterSupportClass, IndexMissingError
+from rsc import BackendUnavailable, Contract, CoverageClaim, FilterSupportClass, IndexMissingError, InputError
 
 if TYPE_CHECKING:
     from backends.milvus.adapter import MilvusAdapter
@@ -92,12 +92,12 @@ def check_partition_key(corpus: Corpus, name: str | None) -> None:
         return
     spec = corpus.corpus_schema.filterable().get(name)
     if spec is None or spec.type not in PARTITION_KEY_TYPES:
-        raise BackendUnavailable(
+        raise InputError(
             f"partition key {name!r} is not a keyword or integer field of the corpus schema", where="--partition-key"
         )
     lacking = [c.chunk_id for c in corpus.chunks if c.metadata.get(name) is None]
     if lacking:
-        raise BackendUnavailable(
+        raise InputError(
             f"partition key {name!r}: {len(lacking)} chunks have no value (first {lacking[0]}); Milvus keys are "
             "never null",
             where="--partition-key",

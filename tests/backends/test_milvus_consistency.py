@@ -242,11 +242,60 @@ def test_partition_key_filters_are_exact(keyed: Any, milvus_instances: dict[str,
 
 def test_a_partition_key_must_be_held_by_every_chunk(milvus_instances: dict[str, Any], tmp_path: Path) -> None:
     from backends.milvus import MilvusAdapter
-    from rsc import BackendUnavailable
+    from rsc import InputError
 
     for key in ("date", "nope"):
-        with pytest.raises(BackendUnavailable, match="partition key"):
+        with pytest.raises(InputError, match="partition key"):
             MilvusAdapter.build(
                 milvus_instances["corpus"], tmp_path, vectors=milvus_instances["vectors"], partition_key=key
             )
     assert not (tmp_path / "milvus").exists()
+
+
+def test_the_command_line_declares_level_and_partition_key(
+    index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from milvus_lite import server_manager_instance
+
+    from backends.milvus.adapter import LITE_FILE
+    from race.bundled import BUNDLED_CORPUS
+    from race.cli import main
+
+    out = tmp_path / "mv"
+    load = ["milvus", str(BUNDLED_CORPUS), "--out", str(out), "--vectors-from", str(index_dir)]
+    assert main([*load, "--partition-key", "date"]) == 2
+    assert "partition key 'date'" in capsys.readouterr().err
+    try:
+        assert main([*load, "--consistency", "Eventually", "--partition-key", "doc_type"]) == 0
+        capsys.readouterr()
+        manifest = json.loads((out / "milvus" / "race.json").read_text(encoding="utf-8"))
+        assert (manifest["consistency_level"], manifest["partition_key"]) == ("Eventually", "doc_type")
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "schema_version": "race.plan/1",
+                    "root": "collection",
+                    "obligations": [
+                        {
+                            "id": "collection",
+                            "kind": "seek_support",
+                            "query": {"text": TEXT},
+                            "query_class": "conceptual",
+                            "k": 5,
+                            "hard_filters": [{"field": "doc_type", "value": "incident"}],
+                            "allow_contracts": ["milvus.flat_prefilter"],
+                        }
+                    ],
+                    "operators": [],
+                }
+            )
+        )
+        assert main(["run", str(plan), "--index", str(index_dir), "--milvus", str(out), "--json"]) == 0
+        receipt = json.loads(capsys.readouterr().out)
+        kinds = [(g["kind"], g["severity"]) for g in receipt["gaps"]]
+        assert kinds == [("weak_consistency", "caveat")]
+        hits = [h for e in receipt["evidence"] for h in e["hits"]]
+        assert len(hits) == 5 and all(h["metadata"]["doc_type"] == "incident" for h in hits)
+    finally:
+        server_manager_instance.release_server(str(out / "milvus" / LITE_FILE))
