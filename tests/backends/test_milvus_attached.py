@@ -220,3 +220,30 @@ def test_a_mapping_names_real_fields(lake: dict[str, Any], index_dir: Path) -> N
     del data["instances"]["tickets"]["collection"]
     with pytest.raises(InputError, match="collection"):
         parse_catalog(json.dumps(data).encode(), where="c.json", toml=False)
+
+
+def test_a_collection_dropped_after_attach_is_a_gap(lake: dict[str, Any], index_dir: Path) -> None:
+    """Injected fault: another job drops the collection after the engine attached it; the leg
+    becomes a gap of the obligation, and the other leg still answers."""
+    from pymilvus import MilvusClient
+
+    from race.engine import Engine
+    from rsc import BackendUnavailable
+
+    create_milvus_collection(lake["uri"], "tickets_gone", lake["rows"], lake["vectors"], "FLAT")
+    engine = Engine.from_catalog(_catalog(lake, index_dir, collection="tickets_gone"))
+    try:
+        client = MilvusClient(lake["uri"])
+        try:
+            client.drop_collection("tickets_gone")
+        finally:
+            client.close()
+        with pytest.raises(BackendUnavailable):
+            engine.adapters["tickets"].generation()
+        receipt = engine.run_sync(_plan(4))
+        statuses = {o.id: o.status.value for o in receipt.obligations}
+        assert statuses["licences"] != "satisfied" and statuses["lexical"] == "satisfied"
+        assert any(g.obligation == "licences" and g.backend == "tickets" for g in receipt.gaps), receipt.gaps
+        assert not [h for e in receipt.evidence for h in e.hits if h.custody.backend == "tickets"]
+    finally:
+        anyio.run(engine.aclose)
