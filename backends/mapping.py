@@ -10,15 +10,40 @@ reason in ``custody.absent``: the source does not have it, and nothing is made u
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import Field, TypeAdapter
 
-from backends.base import request_fingerprint
-from rsc import Hit, Record, ScanRequest, ScoreKind
+from backends.base import Adapter, Progress, request_fingerprint
+from backends.corpus import Corpus
+from rsc import BackendUnavailable, Contract, Hit, Record, ScanRequest, ScoreKind
 
 _COLUMN = Annotated[str, Field(min_length=1)]
 _NAME = r"^[a-z][a-z0-9_]*$"
+
+
+class AttachedAdapter(Adapter):
+    """An adapter over a source RACE did not build: its only contracts are the ones generated
+    from the source when it was attached, and it is neither built nor opened from an index."""
+
+    source: ClassVar[str] = "source"
+    """What the source is called in errors: a table, an index, a collection."""
+
+    @classmethod
+    def contracts(cls) -> tuple[Contract, ...]:
+        return ()
+
+    def index_contracts(self) -> tuple[Contract, ...]:
+        return self.generated_contracts or ()
+
+    @classmethod
+    def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
+        raise BackendUnavailable(f"an attached {cls.source} is not built by RACE", where=cls.__name__)
+
+    @classmethod
+    def open(cls, index_dir: Path) -> Self:
+        raise BackendUnavailable(f"an attached {cls.source} is opened from its catalog instance", where=cls.__name__)
 
 
 class FieldMapping(Record):

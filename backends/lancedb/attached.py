@@ -29,11 +29,17 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 
-from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
-from backends.corpus import Corpus
+from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
 from backends.embedding import Embedder, QueryVectors
 from backends.lancedb.query import _sql_string
-from backends.mapping import FieldMapping, absent_reasons, identity_operand, mapped_hits, metadata_columns
+from backends.mapping import (
+    AttachedAdapter,
+    FieldMapping,
+    absent_reasons,
+    identity_operand,
+    mapped_hits,
+    metadata_columns,
+)
 from backends.schema import FieldType
 from rsc import (
     BackendStatistics,
@@ -111,8 +117,10 @@ def _meta_value(kind: FieldType, value: Any) -> Any:
     return value
 
 
-class AttachedLanceAdapter(Adapter):
+class AttachedLanceAdapter(AttachedAdapter):
     """One LanceDB table under an instance name, served through its field mapping."""
+
+    source = "table"
 
     def __init__(
         self,
@@ -222,20 +230,6 @@ class AttachedLanceAdapter(Adapter):
         )
         return Contract.model_validate(data)
 
-    @classmethod
-    def contracts(cls) -> tuple[Contract, ...]:
-        return ()
-
-    def index_contracts(self) -> tuple[Contract, ...]:
-        return self.generated_contracts or ()
-
-    @classmethod
-    def build(cls, corpus: Corpus, index_dir: Any, progress: Progress | None = None) -> str:
-        raise BackendUnavailable("an attached table is not built by RACE", where=cls.__name__)
-
-    @classmethod
-    def open(cls, index_dir: Any) -> AttachedLanceAdapter:
-        raise BackendUnavailable("an attached table is opened from its catalog instance", where=cls.__name__)
 
     # -- snapshots -----------------------------------------------------------------------------
 

@@ -27,10 +27,16 @@ from typing import Any
 import numpy as np
 from pymilvus import DataType, MilvusClient
 
-from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
-from backends.corpus import Corpus
+from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
 from backends.embedding import Embedder, QueryVectors
-from backends.mapping import FieldMapping, absent_reasons, identity_operand, mapped_hits, metadata_columns
+from backends.mapping import (
+    AttachedAdapter,
+    FieldMapping,
+    absent_reasons,
+    identity_operand,
+    mapped_hits,
+    metadata_columns,
+)
 from backends.milvus.attached_contract import IDENTITY as _IDENTITY
 from backends.milvus.attached_contract import attached_contract
 from backends.milvus.client import _READ_BATCH, INDEX_TYPES, MAX_TOPK, MODE_ANN, MODE_FLAT, milvus_errors
@@ -77,8 +83,10 @@ def field_type(field: dict[str, Any]) -> FieldType | None:
     return _SCALAR.get(kind) if isinstance(kind, DataType) else None
 
 
-class AttachedMilvusAdapter(Adapter):
+class AttachedMilvusAdapter(AttachedAdapter):
     """One Milvus collection under an instance name, served through its field mapping."""
+
+    source = "collection"
 
     def __init__(
         self,
@@ -176,20 +184,6 @@ class AttachedMilvusAdapter(Adapter):
             consistency=self._consistency, measured=measured,
         )  # fmt: skip
 
-    @classmethod
-    def contracts(cls) -> tuple[Contract, ...]:
-        return ()
-
-    def index_contracts(self) -> tuple[Contract, ...]:
-        return self.generated_contracts or ()
-
-    @classmethod
-    def build(cls, corpus: Corpus, index_dir: Any, progress: Progress | None = None) -> str:
-        raise BackendUnavailable("an attached collection is not built by RACE", where=cls.__name__)
-
-    @classmethod
-    def open(cls, index_dir: Any) -> AttachedMilvusAdapter:
-        raise BackendUnavailable("an attached collection is opened from its catalog instance", where=cls.__name__)
 
     @property
     def identity(self) -> str:

@@ -27,9 +27,15 @@ from typing import Any
 
 import tantivy
 
-from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
-from backends.corpus import Corpus
-from backends.mapping import FieldMapping, absent_reasons, identity_operand, mapped_hits, metadata_columns
+from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
+from backends.mapping import (
+    AttachedAdapter,
+    FieldMapping,
+    absent_reasons,
+    identity_operand,
+    mapped_hits,
+    metadata_columns,
+)
 from backends.schema import FieldType
 from rsc import (
     BackendStatistics,
@@ -95,8 +101,10 @@ class _Field:
         return self.indexed and (self.type != "text" or self.tokenizer == "raw")
 
 
-class AttachedTantivyAdapter(Adapter):
+class AttachedTantivyAdapter(AttachedAdapter):
     """One tantivy index under an instance name, served through its field mapping."""
+
+    source = "index"
 
     def __init__(self, *, name: str, path: Path, mapping: FieldMapping, key_domain: str | None = None) -> None:
         self.backend = name  # type: ignore[misc]
@@ -193,20 +201,6 @@ class AttachedTantivyAdapter(Adapter):
         )
         return Contract.model_validate(data)
 
-    @classmethod
-    def contracts(cls) -> tuple[Contract, ...]:
-        return ()
-
-    def index_contracts(self) -> tuple[Contract, ...]:
-        return self.generated_contracts or ()
-
-    @classmethod
-    def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
-        raise BackendUnavailable("an attached index is not built by RACE", where=cls.__name__)
-
-    @classmethod
-    def open(cls, index_dir: Path) -> AttachedTantivyAdapter:
-        raise BackendUnavailable("an attached index is opened from its catalog instance", where=cls.__name__)
 
     # -- snapshots -----------------------------------------------------------------------------
 
