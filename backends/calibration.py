@@ -23,8 +23,19 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import orjson
+from pydantic import ValidationError
 
-from rsc import CALIBRATION_SCHEMA_VERSION, Calibration, Contract, Filter, RecallBucket, bucket_of
+from rsc import (
+    CALIBRATION_SCHEMA_VERSION,
+    Calibration,
+    Contract,
+    Filter,
+    IndexMissingError,
+    RecallBucket,
+    bucket_of,
+    first_validation_error,
+)
+from rsc.canonical import read_json
 
 Search = Callable[[Contract, npt.NDArray[np.float32], Filter | None, int], Sequence[str]]
 """``search(contract, query, filter, n)``: the chunk ids of the contract's native answer, best first."""
@@ -136,12 +147,27 @@ def write_document(folder: Path, generation: str, calibrations: Sequence[Calibra
 
 def read_calibration(folder: Path) -> tuple[str, tuple[Calibration, ...]] | None:
     """The generation a kept calibration was measured at and its curves; ``None`` if there is
-    none, or it cannot be read (then nothing is promised beyond the shipped contract)."""
+    none. A calibration file that is there but cannot be read is a damaged index (bad input
+    naming the file), never a reason to promise the shipped contract's figure instead."""
+    path = folder / CALIBRATION_FILE
     try:
-        document = orjson.loads((folder / CALIBRATION_FILE).read_bytes())
-        return str(document["generation"]), tuple(Calibration.model_validate(c) for c in document["calibrations"])
-    except (OSError, ValueError, KeyError, TypeError):
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise IndexMissingError(f"cannot read: {exc.strerror}", where=str(path)) from None
+    document = read_json(data, where=str(path), error=IndexMissingError)
+    redo = "; measure it again with `race calibrate` on the index directory"
+    try:
+        generation, curves = document["generation"], document["calibrations"]
+        if not isinstance(generation, str) or not isinstance(curves, list):
+            raise TypeError
+        return generation, tuple(Calibration.model_validate(c) for c in curves)
+    except (KeyError, TypeError):
+        message = f"not a calibration document (generation, calibrations){redo}"
+        raise IndexMissingError(message, where=str(path)) from None
+    except ValidationError as exc:
+        raise IndexMissingError(first_validation_error(exc) + redo, where=str(path)) from None
 
 
 def _bucket(label: str, groups: Sequence[Sequence[float]]) -> RecallBucket | None:

@@ -75,6 +75,9 @@ TRUNCATED = object()
         ("tantivy/race.json", TRUNCATED, ("tantivy/race.json", "malformed JSON")),
         ("tantivy/race.json", b"\xfe\xff", ("tantivy/race.json", "not UTF-8")),
         ("lancedb/race.json", TRUNCATED, ("lancedb/race.json", "malformed JSON")),
+        ("lancedb/calibration.json", TRUNCATED, ("lancedb/calibration.json", "malformed JSON")),
+        ("lancedb/calibration.json", b'{"generation": 3}', ("lancedb/calibration.json", "race calibrate")),
+        ("lancedb/calibration.json", b'{"generation": "g", "calibrations": [{}]}', ("lancedb/calibration.json",)),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
