@@ -230,7 +230,6 @@ class AttachedLanceAdapter(AttachedAdapter):
         )
         return Contract.model_validate(data)
 
-
     # -- snapshots -----------------------------------------------------------------------------
 
     @property

@@ -184,7 +184,6 @@ class AttachedMilvusAdapter(AttachedAdapter):
             consistency=self._consistency, measured=measured,
         )  # fmt: skip
 
-
     @property
     def identity(self) -> str:
         return f"milvus:{self._uri}/{self._collection}"

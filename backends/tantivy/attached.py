@@ -201,7 +201,6 @@ class AttachedTantivyAdapter(AttachedAdapter):
         )
         return Contract.model_validate(data)
 
-
     # -- snapshots -----------------------------------------------------------------------------
 
     @property
