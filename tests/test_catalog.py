@@ -5,6 +5,7 @@ and two instances of one kind side by side in one engine."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ import pytest
 from race.catalog import index_catalog, parse_catalog
 from race.cli import main
 from race.engine import Engine
-from rsc import FilterSupportClass, InputError, Query, ScanRequest, dumps_canonical
+from rsc import FilterSupportClass, InputError, dumps_canonical
 from tests.backends.attached import TABLE, build_attached_sources
 from tests.conftest import FIXTURES
+from tests.scan_requests import request_for
 from tests.test_golden_receipts import masked
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -163,17 +165,7 @@ def test_attached_contracts_are_generated_from_the_sources(attached_sources: dic
     assert "source_path" not in vector.provenance_fields and "source_path" in lexical.provenance_fields
 
 
-def _request(contract: Any, text: str, k: int, **parts: Any) -> ScanRequest:
-    return ScanRequest(
-        obligation="t",
-        rsc_id=contract.rsc_id,
-        rsc_version=contract.version,
-        backend=contract.backend,
-        mode=contract.mode,
-        query=Query(text=text),
-        k=k,
-        **parts,
-    )
+_request = partial(request_for, obligation="t")
 
 
 def test_attached_lance_scan_is_the_exact_filtered_top_k(attached_sources: dict[str, Any], tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from rsc import (
 )
 from tests.conftest import FIXTURES
 from tests.faults.injector import FaultyAdapter, hang_async, nth_call, raise_task, truncated_custody
+from tests.scan_requests import request_for
 
 SPEC: dict[str, Any] = json.loads((FIXTURES / "sharded" / "instances.json").read_text())
 LICENSES = Path(SPEC["licenses"]["directory"])
@@ -144,16 +145,7 @@ def _lance(found: tuple[dict[str, Path], _MemoMiniLM], labels: Sequence[str]) ->
 
 
 def _request(contract: Contract, text: str, k: int, filters: Sequence[Filter] = ()) -> ScanRequest:
-    return ScanRequest(
-        obligation="o",
-        rsc_id=contract.rsc_id,
-        rsc_version=contract.version,
-        backend=contract.backend,
-        mode=contract.mode,
-        query=Query(text=text),
-        k=k,
-        pushed=tuple(filters),
-    )
+    return request_for(contract, text, k, pushed=tuple(filters))
 
 
 def _contract(adapter: Adapter, rsc_id: str) -> Contract:

@@ -21,12 +21,11 @@ from rsc import (
     BackendUnavailable,
     Filter,
     FilterOp,
-    Query,
-    ScanRequest,
-    ScanResult,
     SnapshotMoved,
 )
 from tests.backends.conftest import milvus_available
+from tests.scan_requests import milvus_request as _request
+from tests.scan_requests import scan_now as _scan
 
 pytestmark = pytest.mark.skipif(not milvus_available(), reason="the race[milvus] extra is not installed")
 
@@ -45,23 +44,6 @@ FILTERS: tuple[tuple[Filter, ...], ...] = (
 )
 
 
-def _request(adapter: Any, text: str, k: int, pushed: tuple[Filter, ...] = ()) -> ScanRequest:
-    contract = adapter.index_contracts()[0]
-    return ScanRequest(
-        obligation="milvus",
-        rsc_id=contract.rsc_id,
-        rsc_version=contract.version,
-        backend=contract.backend,
-        mode=contract.mode,
-        query=Query(text=text),
-        k=k,
-        pushed=pushed,
-    )
-
-
-def _scan(adapter: Any, request: ScanRequest) -> ScanResult:
-    result: ScanResult = anyio.run(adapter.scan, request)
-    return result
 
 
 def test_flat_contract_is_the_float64_reference(milvus_flat: Any, milvus_instances: dict[str, Any]) -> None:

@@ -15,8 +15,10 @@ import anyio
 import numpy as np
 import pytest
 
-from rsc import Filter, FilterOp, FilterSupportClass, GapKind, GapSeverity, Query, ScanRequest, ScanResult
+from rsc import Filter, FilterOp, FilterSupportClass, GapKind, GapSeverity
 from tests.backends.conftest import milvus_available
+from tests.scan_requests import milvus_request as _request
+from tests.scan_requests import scan_now as _scan
 
 pytestmark = pytest.mark.skipif(not milvus_available(), reason="the race[milvus] extra is not installed")
 
@@ -24,23 +26,6 @@ TEXT = "the broker ran out of memory and was killed"
 LEVELS = ("Strong", "Bounded", "Session", "Eventually")
 
 
-def _request(adapter: Any, text: str, k: int, pushed: tuple[Filter, ...] = ()) -> ScanRequest:
-    contract = adapter.index_contracts()[0]
-    return ScanRequest(
-        obligation="milvus",
-        rsc_id=contract.rsc_id,
-        rsc_version=contract.version,
-        backend=contract.backend,
-        mode=contract.mode,
-        query=Query(text=text),
-        k=k,
-        pushed=pushed,
-    )
-
-
-def _scan(adapter: Any, request: ScanRequest) -> ScanResult:
-    result: ScanResult = anyio.run(adapter.scan, request)
-    return result
 
 
 def _direct(adapter: Any, text: str, expr: str, k: int, level: str) -> list[str]:
