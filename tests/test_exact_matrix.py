@@ -235,6 +235,23 @@ def test_a_rows_distance_does_not_depend_on_the_rows_asked_with_it(
         assert got == {key: sorted_access[key] for key in group}
 
 
+def test_a_sorted_copy_scores_every_row_with_the_matrix_bits(
+    synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any],
+) -> None:
+    """A search settles its cut in the space it scored (a sorted copy's rows are still in the
+    cache): each row's float64 distance there is the bits the matrix itself gives it."""
+    matrix, _, _, _ = synthetic
+    query = np.random.default_rng(9).standard_normal(DIMS)
+    q_norm = float(np.linalg.norm(query))
+    assert matrix.copies
+    for name in matrix.copies:
+        space = matrix._spaces[name]
+        assert space.to_base is not None
+        directed = np.flatnonzero(space.directed)  # a row without a direction has no distance
+        got = space.distances(directed, query, q_norm)
+        assert got.tobytes() == matrix.distances(space.to_base[directed], query, q_norm).tobytes(), name
+
+
 def test_selections_are_kept_per_typed_filter(synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any]) -> None:
     """Filter equality has True == 1; the kept selections do not confuse them."""
     matrix, _, rows, _ = synthetic

@@ -140,14 +140,14 @@ class ExactMatrix:
         self._directed = directed
         with np.errstate(divide="ignore"):
             self._inverse: F32 = np.where(directed, 1.0 / self.norms, 0.0).astype(np.float32)
-        self._margin = margin(self.dims)
-        self._base = Space(self.matrix, self._inverse, None, directed)
+        self._margin = np.float32(margin(self.dims))
+        self._base = Space(self.matrix, self.norms, self._inverse, None, directed)
         for name in meta.get("sorted", []):
             order = self.columns[name].order
             copy: F32 = np.asarray(np.load(folder / sorted_file(fields.index(name)), mmap_mode="r"))
             if copy.shape != self.matrix.shape or copy.dtype != np.float32:
                 raise ValueError(f"{folder}: the copy sorted by {name!r} does not agree with {META_FILE}")
-            self._spaces[name] = Space(copy, self._inverse[order], order, directed[order])
+            self._spaces[name] = Space(copy, self.norms[order], self._inverse[order], order, directed[order])
         self._copies = frozenset(self._spaces)
         self.copies: tuple[str, ...] = tuple(sorted(self._spaces))
         """The fields with a copy of the matrix sorted by their values."""
@@ -213,29 +213,22 @@ class ExactMatrix:
             return Ranking(np.empty(0, np.int64), np.empty(0, np.float32), found.matching)
         if k < count:
             kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            near = np.flatnonzero(scores >= kth - np.float32(self._margin))
+            near = np.flatnonzero(scores >= kth - self._margin)
         elif count < len(scores):
             near = np.flatnonzero(np.isfinite(scores))
         else:
             near = np.arange(count)
         rows = locate(near)
+        distances = space.distances(rows, q64, q_norm)
         if space.to_base is not None:
             rows = space.to_base[rows]
-        distances = self.distances(rows, q64, q_norm)
         order = np.lexsort((self._rank[rows], distances))[:k]
-        return Ranking(rows[order].astype(np.int64), distances[order], found.matching)
+        return Ranking(rows[order].astype(np.int64, copy=False), distances[order], found.matching)
 
     def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
         """Cosine distances of the rows at ``positions``, each from its own float64 dot product
         (the products of float32 values are exact in float64)."""
-        # One dot per row (never a matrix product, whose blocking could depend on the row count).
-        cosine: F64 = np.vecdot(self.matrix[positions].astype(np.float64), q64)
-        cosine /= self.norms[positions] * q_norm
-        np.subtract(1.0, cosine, out=cosine)
-        distances: F32 = cosine.astype(np.float32)
-        # 1 - cosine is at most 2 + 2**-52 (rounds to 2 in float32) but can dip below 0.
-        np.maximum(distances, np.float32(0.0), out=distances)
-        return distances
+        return self._base.distances(positions, q64, q_norm)
 
     def _buffer(self) -> F32:
         buffer: F32 | None = getattr(self._scratch, "buffer", None)

@@ -11,7 +11,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from backends.lancedb.masks import F32, I64
+from backends.lancedb.masks import F32, F64, I64
 from backends.lancedb.matrix import BLOCK_ROWS
 from backends.lancedb.selection import Selection
 
@@ -29,13 +29,29 @@ def _identity(i: I64) -> I64:
 @dataclass(frozen=True)
 class Space:
     """Rows in one order: the matrix's own (``to_base`` is ``None``) or a field's sorted copy,
-    whose row ``p`` is matrix row ``to_base[p]``; each row's float32 inverse norm (0 without
-    a direction) and whether it has one, in that order."""
+    whose row ``p`` is matrix row ``to_base[p]``; each row's float64 norm, its float32 inverse
+    norm (0 without a direction) and whether it has one, in that order."""
 
     matrix: F32
+    norms: F64
     inverse: F32
     to_base: I64 | None
     directed: npt.NDArray[np.bool_]
+
+    def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
+        """Cosine distances of the rows at ``positions`` of this space, each from its own
+        float64 dot product (the products of float32 values are exact in float64).
+
+        A row's distance depends on its vector and norm alone, so it is the same in every
+        space; scoring it again where it was just scored reads rows still in the cache."""
+        # One dot per row (never a matrix product, whose blocking could depend on the row count).
+        cosine: F64 = np.vecdot(self.matrix[positions].astype(np.float64), q64)
+        cosine /= self.norms[positions] * q_norm
+        np.subtract(1.0, cosine, out=cosine)
+        distances: F32 = cosine.astype(np.float32)
+        # 1 - cosine is at most 2 + 2**-52 (rounds to 2 in float32) but can dip below 0.
+        np.maximum(distances, np.float32(0.0), out=distances)
+        return distances
 
 
 def scores_of(space: Space, found: Selection, unit: F32, buffer: Callable[[], F32]) -> tuple[F32, Callable[[I64], I64]]:
