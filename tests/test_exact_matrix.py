@@ -252,6 +252,21 @@ def test_a_sorted_copy_scores_every_row_with_the_matrix_bits(
         assert got.tobytes() == matrix.distances(space.to_base[directed], query, q_norm).tobytes(), name
 
 
+@pytest.mark.parametrize("exponent", [-60, -17, -3, 0, 5, 16, 17, 60])
+def test_a_querys_norm_changes_no_bit(
+    synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any], exponent: int
+) -> None:
+    """A query of moderate norm is scored as it is, a very long or short one normalised first:
+    a power-of-two multiple of a query (the same direction, exactly) gives the same bytes."""
+    matrix, _, _, _ = synthetic
+    query = np.random.default_rng(10).standard_normal(DIMS).astype(np.float32)
+    scaled = query * np.float32(2.0**exponent)
+    for filters in ([], [Filter(field="share", value="p01")], [Filter(field="tiny", value="t12")]):
+        want, got = matrix.search(query, filters, K), matrix.search(scaled, filters, K)
+        assert got.positions.tobytes() == want.positions.tobytes()
+        assert got.distances.tobytes() == want.distances.tobytes()
+
+
 def test_selections_are_kept_per_typed_filter(synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any]) -> None:
     """Filter equality has True == 1; the kept selections do not confuse them."""
     matrix, _, rows, _ = synthetic

@@ -78,6 +78,9 @@ MODE_EXACT: Final = "vector_exact_matrix"
 EXACT_DIR: Final = "exact"
 _WHERE: Final = "lancedb.exact"
 
+_MODERATE: Final = 2.0**16
+"""A query of norm within this factor of 1 is scored without normalising it, unless its products
+with the longest row could come near float32's range (about 2**128)."""
 _SELECTIONS: Final = 64
 """Resolved filter combinations kept per matrix (row positions; at most 8 bytes a row each)."""
 
@@ -137,17 +140,20 @@ class ExactMatrix:
         self._rank = self.columns["chunk_id"].codes
         directed = np.isfinite(self.norms) & (self.norms > 0)
         self.undirected = int(self.rows - directed.sum())
+        self._longest = float(self.norms[directed].max()) if self.undirected < self.rows else 0.0
         self._directed = directed
         with np.errstate(divide="ignore"):
             self._inverse: F32 = np.where(directed, 1.0 / self.norms, 0.0).astype(np.float32)
         self._margin = np.float32(margin(self.dims))
-        self._base = Space(self.matrix, self.norms, self._inverse, None, directed)
+        self._base = Space(self.matrix, self.norms, self._inverse, None, directed, self._rank)
         for name in meta.get("sorted", []):
             order = self.columns[name].order
             copy: F32 = np.asarray(np.load(folder / sorted_file(fields.index(name)), mmap_mode="r"))
             if copy.shape != self.matrix.shape or copy.dtype != np.float32:
                 raise ValueError(f"{folder}: the copy sorted by {name!r} does not agree with {META_FILE}")
-            self._spaces[name] = Space(copy, self.norms[order], self._inverse[order], order, directed[order])
+            self._spaces[name] = Space(
+                copy, self.norms[order], self._inverse[order], order, directed[order], self._rank[order]
+            )
         self._copies = frozenset(self._spaces)
         self.copies: tuple[str, ...] = tuple(sorted(self._spaces))
         """The fields with a copy of the matrix sorted by their values."""
@@ -200,8 +206,14 @@ class ExactMatrix:
             raise BackendUnavailable("the query vector has no direction: cosine distance is undefined", where=_WHERE)
         found = self.selection(filters)
         space = self._spaces[found.space] if found.space is not None else self._base
-        unit: F32 = q32 / np.float32(q_norm)
-        scores, locate = scores_of(space, found, unit, self._buffer)
+        # Scores are only compared with one another, so the query need not be a unit vector:
+        # one of moderate norm is scored as it is (its float32 error bound scales with its norm).
+        cut = self._margin
+        if 1.0 / _MODERATE <= q_norm <= _MODERATE and q_norm * self._longest <= 2.0**100:
+            cut = cut * np.float32(q_norm)
+        else:
+            q32 = q32 / np.float32(q_norm)
+        scores, locate = scores_of(space, found, q32, self._buffer)
         count = len(scores)
         if self.undirected and count:
             # Rows without a direction score 0 (zeroed); they are never ranked.
@@ -213,17 +225,18 @@ class ExactMatrix:
             return Ranking(np.empty(0, np.int64), np.empty(0, np.float32), found.matching)
         if k < count:
             kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            near = np.flatnonzero(scores >= kth - self._margin)
+            near = (scores >= kth - cut).nonzero()[0]
         elif count < len(scores):
-            near = np.flatnonzero(np.isfinite(scores))
+            near = np.isfinite(scores).nonzero()[0]
         else:
             near = np.arange(count)
         rows = locate(near)
         distances = space.distances(rows, q64, q_norm)
+        order = np.lexsort((space.rank[rows], distances))[:k]
+        rows = rows[order]
         if space.to_base is not None:
             rows = space.to_base[rows]
-        order = np.lexsort((self._rank[rows], distances))[:k]
-        return Ranking(rows[order].astype(np.int64, copy=False), distances[order], found.matching)
+        return Ranking(rows.astype(np.int64, copy=False), distances[order], found.matching)
 
     def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
         """Cosine distances of the rows at ``positions``, each from its own float64 dot product

@@ -30,13 +30,15 @@ def _identity(i: I64) -> I64:
 class Space:
     """Rows in one order: the matrix's own (``to_base`` is ``None``) or a field's sorted copy,
     whose row ``p`` is matrix row ``to_base[p]``; each row's float64 norm, its float32 inverse
-    norm (0 without a direction) and whether it has one, in that order."""
+    norm (0 without a direction), whether it has one and its rank in key order, in that order
+    (a search reads them for rows it just scored, near one another)."""
 
     matrix: F32
     norms: F64
     inverse: F32
     to_base: I64 | None
     directed: npt.NDArray[np.bool_]
+    rank: npt.NDArray[np.int32]
 
     def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
         """Cosine distances of the rows at ``positions`` of this space, each from its own
