@@ -20,6 +20,7 @@ import pytest
 from backends.corpus import Chunk, load_corpus
 from backends.embedding import MiniLMEmbedder
 from backends.lancedb import LanceAdapter
+from backends.lancedb import exact as exact_module
 from backends.lancedb.build import chunk_rows, chunk_text
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, ExactMatrix, MatrixStore, cluster_field, margin
 from backends.lancedb.query import TABLE
@@ -160,6 +161,26 @@ def test_top_k_is_the_float64_reference(
         assert _ids(matrix, ranking.positions) == ids
         np.testing.assert_allclose(ranking.distances, distances, rtol=0, atol=2.0**-23)
         assert np.isfinite(ranking.distances).all()
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=lambda fs: "+".join(f.describe() for f in fs) or "unfiltered")
+def test_a_few_rows_scored_at_once_give_the_two_pass_bytes(
+    synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any],
+    filters: list[Filter],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to ``DIRECT_ROWS`` selected rows are scored in float64 at once; the float32 pass and
+    its settling give the same rows, distances and order (and the reverse for larger ones)."""
+    matrix, _, _, vectors = synthetic
+    queries = (*np.random.default_rng(12).standard_normal((3, DIMS)).astype(np.float32), vectors[5])
+    for k in (1, K, 40):
+        monkeypatch.setattr(exact_module, "DIRECT_ROWS", 0)
+        two_pass = [matrix.search(q, filters, k) for q in queries]
+        monkeypatch.setattr(exact_module, "DIRECT_ROWS", ROWS)
+        direct = [matrix.search(q, filters, k) for q in queries]
+        for a, b in zip(two_pass, direct, strict=True):
+            assert a.positions.tobytes() == b.positions.tobytes() and a.total_matches == b.total_matches
+            assert a.distances.tobytes() == b.distances.tobytes()
 
 
 def test_filter_masks_are_filter_matches(synthetic: tuple[ExactMatrix, Any, list[dict[str, Any]], Any]) -> None:

@@ -81,6 +81,8 @@ _WHERE: Final = "lancedb.exact"
 _MODERATE: Final = 2.0**16
 """A query of norm within this factor of 1 is scored without normalising it, unless its products
 with the longest row could come near float32's range (about 2**128)."""
+DIRECT_ROWS: Final = 32
+"""Up to this many selected rows, every one is scored in float64 at once (no float32 pass)."""
 _SELECTIONS: Final = 64
 """Resolved filter combinations kept per matrix (row positions; at most 8 bytes a row each)."""
 
@@ -206,6 +208,8 @@ class ExactMatrix:
             raise BackendUnavailable("the query vector has no direction: cosine distance is undefined", where=_WHERE)
         found = self.selection(filters)
         space = self._spaces[found.space] if found.space is not None else self._base
+        if found.matching <= DIRECT_ROWS:
+            return self._direct(space, found, q64, q_norm, k)
         # Scores are only compared with one another, so the query need not be a unit vector:
         # one of moderate norm is scored as it is (its float32 error bound scales with its norm).
         cut = self._margin
@@ -234,6 +238,23 @@ class ExactMatrix:
         distances = space.distances(rows, q64, q_norm)
         order = np.lexsort((space.rank[rows], distances))[:k]
         rows = rows[order]
+        if space.to_base is not None:
+            rows = space.to_base[rows]
+        return Ranking(rows.astype(np.int64, copy=False), distances[order], found.matching)
+
+    def _direct(self, space: Space, found: Selection, q64: F64, q_norm: float, k: int) -> Ranking:
+        """The top-k of a few rows: each row's float64 distance straight away (the bits the
+        float32 pass and its settling would give the rows they keep), ordered by it and key."""
+        listed = found.listed()
+        if listed is None:
+            listed = np.arange(self.rows)
+        if self.undirected:
+            listed = listed[space.directed[listed]]
+        if len(listed) == 0 or k < 1:
+            return Ranking(np.empty(0, np.int64), np.empty(0, np.float32), found.matching)
+        distances = space.distances(listed, q64, q_norm)
+        order = np.lexsort((space.rank[listed], distances))[:k]
+        rows = listed[order]
         if space.to_base is not None:
             rows = space.to_base[rows]
         return Ranking(rows.astype(np.int64, copy=False), distances[order], found.matching)
