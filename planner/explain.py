@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from planner.optimizer import Explain
 from planner.physical import FusionSpec, HybridNode, OperatorNode, PhysicalNode, ScanNode, UnsatisfiableNode
-from rsc import ExpectedRecall, canonical_pretty
+from rsc import UNCALIBRATED, ExpectedRecall, canonical_pretty
 
 
 def render_json(explain: Explain) -> str:
@@ -47,6 +47,8 @@ def render_text(explain: Explain) -> str:
             )
             for loss in alt.losses:
                 recall = f" recall={loss.recall}" if loss.recall is not None else ""
+                if loss.translation == "pushed_ann" and loss.recall is None:
+                    recall = " recall=uncalibrated (nothing promised)"
                 lines.append(f"        filter {loss.filter}: {loss.translation}{recall}")
             if alt.estimate is not None:
                 est = alt.estimate
@@ -126,6 +128,11 @@ def describe_fusion(fusion: FusionSpec) -> str:
 
 
 def describe_recall(expected: ExpectedRecall) -> str:
+    if expected.calibration == UNCALIBRATED:
+        return (
+            f"not calibrated on this index generation: nothing promised for bucket {expected.bucket} "
+            "(race calibrate DIR measures it)"
+        )
     if expected.recall is None:
         return f"not measured for bucket {expected.bucket} (nothing promised; calibration {expected.calibration})"
     return (

@@ -142,14 +142,17 @@ def translate(
     losses = []
     impossible = []
     reach = contract.coverage.best_reach()
+    measured_here = contract.calibration is not None
     for flt in filters:
         support = contract.filters.get(flt.field, _UNSUPPORTED)
         if losses_seen is None:
-            loss = filter_loss(support, flt)
+            loss = filter_loss(support, flt, calibrated=measured_here)
         else:
-            key = (support.support, support.ops, support.profile, support.recall, flt)
+            key = (support.support, support.ops, support.profile, support.recall, measured_here, flt)
             found = losses_seen.get(key)
-            loss = found if found is not None else losses_seen.setdefault(key, filter_loss(support, flt))
+            if found is None:
+                found = losses_seen.setdefault(key, filter_loss(support, flt, calibrated=measured_here))
+            loss = found
         losses.append(loss)
         if loss.translation == "impossible":
             impossible.append(f"hard filter {loss.filter}: {loss.detail}")
@@ -310,8 +313,10 @@ def match(ob: Obligation, contract: Contract) -> Match:
     return Matcher().match(ob, contract)
 
 
-def filter_loss(support: FilterSupport, flt: Filter) -> FilterLoss:
-    """How one hard filter translates under one field's support class (I4)."""
+def filter_loss(support: FilterSupport, flt: Filter, *, calibrated: bool = True) -> FilterLoss:
+    """How one hard filter translates under one field's support class (I4). A filtered ANN's
+    recall is a promise only where it was ``calibrated`` on the index itself; the figure a
+    shipped contract carries was measured elsewhere, and is named as such."""
     desc = flt.describe()
     if support.support is FilterSupportClass.UNSUPPORTED or flt.op not in support.ops:
         why = "unsupported" if support.support is FilterSupportClass.UNSUPPORTED else f"op {flt.op.value} unsupported"
@@ -323,13 +328,21 @@ def filter_loss(support: FilterSupport, flt: Filter) -> FilterLoss:
             translation="residual_postfilter",
             detail="applied after top-k: never exhaustive, may return fewer than k",
         )
+    if support.support is FilterSupportClass.NATIVE_FILTERED_ANN and not calibrated:
+        return FilterLoss(
+            field=flt.field,
+            filter=desc,
+            translation="pushed_ann",
+            detail=f"filtered ANN ({support.profile}), not calibrated on this index: nothing promised "
+            f"(the contract's recall {support.recall} was measured elsewhere)",
+        )
     if support.support is FilterSupportClass.NATIVE_FILTERED_ANN:
         return FilterLoss(
             field=flt.field,
             filter=desc,
             translation="pushed_ann",
             recall=support.recall,
-            detail=f"filtered ANN ({support.profile}), measured recall {support.recall}",
+            detail=f"filtered ANN ({support.profile}), calibrated recall {support.recall} (lower bound on this index)",
         )
     return FilterLoss(field=flt.field, filter=desc, translation="pushed_exact", detail="exact prefilter")
 

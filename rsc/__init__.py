@@ -3,6 +3,8 @@ enums, canonical JSON and fingerprints, and the error tree."""
 
 from rsc.calibration import (
     CALIBRATION_SCHEMA_VERSION,
+    UNCALIBRATED,
+    UNFILTERED,
     Calibration,
     RecallBucket,
     bucket_of,
@@ -100,6 +102,8 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "REFUTING_KINDS",
     "RSC_SCHEMA_VERSION",
+    "UNCALIBRATED",
+    "UNFILTERED",
     "ArtifactMissing",
     "ArtifactTampered",
     "BackendError",

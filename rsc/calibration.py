@@ -33,6 +33,8 @@ BUCKETS: tuple[tuple[str, float, float], ...] = (
 """Selectivity buckets (fraction of rows a filter keeps): lower bound inclusive, upper
 exclusive, except that the last one holds 1.0 (no filter at all is its own bucket)."""
 UNFILTERED = "unfiltered"
+UNCALIBRATED = "none"
+"""The ``calibration`` of an expected recall that no calibration of the index stands behind."""
 
 
 def bucket_of(selectivity: float | None) -> str | None:

@@ -170,7 +170,8 @@ class ExpectedRecall(Record):
     k: Annotated[int, Field(ge=1)]
     """The k the recall was measured at."""
     calibration: str
-    """The fingerprint of the calibration the figure comes from."""
+    """The fingerprint of the calibration the figure comes from; ``none`` where no calibration of
+    this index generation stands behind the contract (``recall`` is then ``null``)."""
 
 
 class Custody(Record):

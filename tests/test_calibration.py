@@ -5,15 +5,19 @@ hit, and used by the planner for an obligation's ``min_recall``."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import lancedb
 import pytest
 
 from backends.calibration import read_calibration, wilson_lower
 from backends.lancedb import LanceAdapter
 from backends.lancedb.calibration import calibrate
+from backends.lancedb.query import TABLE
+from planner.explain import render_text
 from race.engine import Engine
-from rsc import Calibration, RecallBucket, bucket_of
+from rsc import UNCALIBRATED, Calibration, RecallBucket, bucket_of
 from tests.conftest import FIXTURES, load_plan
 
 
@@ -109,6 +113,30 @@ def test_a_calibration_covers_only_the_generation_it_measured(index_dir: Path) -
     assert any(c.calibration is not None for c in engine.contracts_at(now))
     moved = {**now, "lancedb": "another-generation"}
     assert all(c.calibration is None for c in engine.contracts_at(moved))
+
+
+def test_a_table_changed_outside_race_promises_no_recall(index_dir: Path, tmp_path: Path) -> None:
+    """After a write RACE did not make, the calibration is of another generation: an approximate
+    leg then promises nothing (the contract's shipped figure was measured elsewhere), explain
+    and every approximate hit say so, and ``min_recall`` refuses the leg."""
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    table = lancedb.connect(str(copy / "lancedb")).open_table(TABLE)
+    table.delete(f"chunk_id = '{table.to_arrow().column('chunk_id')[0].as_py()}'")
+    engine = Engine.open(copy)
+    plan = load_plan("postfilter_heuristic.json")
+    text = render_text(engine.plan_sync(plan))
+    assert "expected recall: not calibrated on this index generation: nothing promised" in text
+    receipt = engine.run_sync(plan)
+    approximate = [h for i in receipt.evidence for h in i.hits if h.custody.rsc.startswith("lancedb.ann")]
+    assert approximate
+    for hit in approximate:
+        promise = hit.custody.expected_recall
+        assert promise is not None and promise.recall is None and promise.calibration == UNCALIBRATED
+    for ob in plan["obligations"]:
+        ob["min_recall"] = 0.5
+    reasons = [r for g in engine.plan_sync(plan).groups for a in g.alternatives for r in a.rejected_because]
+    assert any("no recall was calibrated for lancedb.ann_postfilter" in r for r in reasons)
 
 
 def test_calibration_document_round_trips(index_dir: Path) -> None:

@@ -8,6 +8,8 @@ from planner.cost import known_selectivity
 from planner.memo import Alternative, GroupContext
 from planner.physical import ScanNode
 from rsc import (
+    UNCALIBRATED,
+    UNFILTERED,
     Contract,
     CoverageClaim,
     ExpectedRecall,
@@ -18,6 +20,7 @@ from rsc import (
     GapSeverity,
     ScanRequest,
     SearchCoverage,
+    bucket_of,
 )
 
 RULE = "ScanContract"
@@ -136,14 +139,21 @@ def build_scan(
 
 
 def expected_recall(contract: Contract, pushed: tuple[Filter, ...], group: GroupContext) -> ExpectedRecall | None:
-    """What a calibrated approximate contract promises for a request with these hard filters
-    (pushed and residual alike: the calibration measured the filtered top-k): the bound of the
-    bucket their selectivity falls in (known from value counts, else the lowest bound)."""
-    if contract.calibration is None or contract.coverage.claim is not CoverageClaim.APPROXIMATE:
+    """What an approximate contract promises for a request with these hard filters (pushed and
+    residual alike: the calibration measured the filtered top-k): the bound of the bucket their
+    selectivity falls in (known from value counts, else the lowest bound). A contract with no
+    calibration of this index generation promises nothing: the recall it ships with was
+    measured elsewhere."""
+    if contract.coverage.claim is not CoverageClaim.APPROXIMATE:
         return None
     filters = tuple(f for f in pushed if f.field != "chunk_id")
     stats = group.cost_model.stats.backends.get(contract.backend)
     sel = known_selectivity(stats, filters) if filters else 1.0
+    if contract.calibration is None:
+        ob = group.obligation
+        bucket = UNFILTERED if not filters else bucket_of(sel) or "unknown selectivity"
+        k = ob.k if ob is not None else 1
+        return ExpectedRecall(recall=None, bucket=bucket, queries=0, k=k, calibration=UNCALIBRATED)
     return contract.calibration.expected(sel, [f.field for f in filters])
 
 
@@ -151,7 +161,7 @@ def recall_shortfall(min_recall: float | None, contract: Contract, expected: Exp
     """Why an approximate contract cannot serve an obligation's ``min_recall``, if it cannot."""
     if min_recall is None or contract.coverage.claim is not CoverageClaim.APPROXIMATE:
         return None
-    if expected is None:
+    if expected is None or expected.calibration == UNCALIBRATED:
         return f"min_recall {min_recall:g}: no recall was calibrated for {contract.ref} on this index"
     if expected.recall is None:
         return f"min_recall {min_recall:g}: recall of bucket {expected.bucket} was not measured"
