@@ -92,3 +92,16 @@ def test_golden_receipts_validate(path: Path) -> None:
 def test_a_receipt_validates(session_engine: Engine) -> None:
     receipt = session_engine.run_sync(FIXTURES / "plans" / "showcase.json")
     _validator("receipt").validate(json.loads(receipt.model_dump_json()))
+
+
+def test_race_schema_prints_every_published_document(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from race.cli import build_parser, main
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    choices = next(a.choices for a in commands["schema"]._actions if a.dest == "document")
+    assert choices is not None and sorted(choices) == sorted(DOCUMENTS)
+    assert main(["schema", "catalog"]) == 0
+    assert json.loads(capsys.readouterr().out) == document_schema("catalog")
