@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import orjson
+from pydantic import ValidationError
 
 from race.receipt import Receipt
 from rsc import InputError, RaceError, ReplayError, canonical_json, fingerprint_bytes, most_specific
@@ -66,6 +67,8 @@ class LineResult:
     line: int
     record: bytes
     kind: Literal["receipt", "bad_input", "error", "internal"]
+    unmet: tuple[str, ...] = ()
+    """The receipt's mandatory obligations left unsatisfied (``Receipt.unmet_mandatory``)."""
 
 
 @dataclass(frozen=True)
@@ -83,16 +86,33 @@ class PlanLine:
 class EngineOptions:
     """How to open the engine a batch runs on; picklable, so a Ray actor opens its own."""
 
-    index: Path
+    index: Path | None
     statistics: Path | None = None
     remotes: tuple[str, ...] = ()
     remote_timeout: float = 5.0
     early_stop: bool = True
+    catalog: Path | None = None
+    """A ``race.catalog/1`` file naming every instance, in place of ``index`` and ``remotes``."""
+
+    def check(self) -> None:
+        """Bad input of the engine itself (no index, an unreadable catalog), before a batch writes."""
+        if self.catalog is not None:
+            from race.catalog import load_catalog
+
+            load_catalog(self.catalog)
+            return
+        from race.indexing import read_manifest
+
+        assert self.index is not None
+        read_manifest(self.index)
 
     def open(self) -> Engine:
         from race.engine import Engine, load_statistics
 
         stats = load_statistics(self.statistics) if self.statistics is not None else None
+        if self.catalog is not None:
+            return Engine.from_catalog(self.catalog, statistics=stats, early_stop=self.early_stop)
+        assert self.index is not None
         return Engine.open(
             self.index,
             statistics=stats,
@@ -171,8 +191,9 @@ def record_bytes(item: PlanLine, outcome: Outcome) -> bytes:
 
 
 def line_result(item: PlanLine, outcome: Outcome) -> LineResult:
-    kind = "receipt" if isinstance(outcome, Receipt) else outcome.kind
-    return LineResult(line=item.line, record=record_bytes(item, outcome), kind=kind)
+    if isinstance(outcome, Receipt):
+        return LineResult(item.line, record_bytes(item, outcome), "receipt", outcome.unmet_mandatory())
+    return LineResult(line=item.line, record=record_bytes(item, outcome), kind=outcome.kind)
 
 
 async def run_line(engine: Engine, item: PlanLine, *, plans: str) -> LineResult:
@@ -270,19 +291,20 @@ class RecordWriter:
         self.close()
 
 
-def resume(out: Path, plans: Sequence[PlanLine]) -> set[int]:
-    """The plan lines whose receipt ``out`` already holds. Every other record — an error, a
+def resume(out: Path, plans: Sequence[PlanLine]) -> dict[int, tuple[str, ...]]:
+    """The plan lines whose receipt ``out`` already holds, each with its mandatory obligations
+    left unsatisfied (``Receipt.unmet_mandatory``). Every other record — an error, a
     receipt of a line that changed or no longer exists, a duplicate, a torn or unreadable
     line — is dropped by rewriting the file atomically (a temporary file, then a rename)."""
     try:
         data = out.read_bytes()
     except FileNotFoundError:
-        return set()
+        return {}
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", where=str(out)) from exc
     sources = {p.line: p.source for p in plans}
     kept: list[bytes] = []
-    done: set[int] = set()
+    done: dict[int, tuple[str, ...]] = {}
     lines = data.split(b"\n")
     # The text after the last newline is a torn record (or nothing).
     for raw in lines[:-1]:
@@ -297,7 +319,11 @@ def resume(out: Path, plans: Sequence[PlanLine]) -> set[int]:
         if not isinstance(line, int) or line in done or sources.get(line) != record.get("source"):
             continue
         if isinstance(receipt, dict) and receipt.get("schema_version") == _RECEIPT_SCHEMA:
-            done.add(line)
+            try:
+                unmet = Receipt.model_validate(receipt).unmet_mandatory()
+            except ValidationError:
+                continue  # not a receipt this version can read: the plan runs again
+            done[line] = unmet
             kept.append(raw + b"\n")
     if b"".join(kept) != data:
         temporary = out.with_name(f".{out.name}.resume")
@@ -315,24 +341,33 @@ class BatchSummary:
     receipts: int = 0
     errors: int = 0
     internal: int = 0
+    unmet: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Per plan line (written now or before), the mandatory obligations its receipt left unsatisfied."""
 
     def describe(self, out: Path) -> str:
+        unmet = f", {len(self.unmet)} with mandatory obligations not satisfied" if self.unmet else ""
         return (
             f"race batch: {self.plans} plans: {self.receipts} receipts written, {self.already} already in {out}, "
-            f"{self.errors} error records"
+            f"{self.errors} error records{unmet}"
         )
 
     def add(self, result: LineResult) -> None:
         if result.kind == "receipt":
             self.receipts += 1
+            if result.unmet:
+                self.unmet[result.line] = result.unmet
         else:
             self.errors += 1
             self.internal += result.kind != "bad_input"
 
     @property
     def exit_status(self) -> int:
-        """0: every plan has a receipt; 2: some plans are bad input; 1: some failed otherwise."""
-        return 0 if self.errors == 0 else 1 if self.internal else 2
+        """0: every plan has a receipt whose mandatory obligations are satisfied; 3: every plan has
+        a receipt, and some leave a mandatory obligation unsatisfied (as ``race run``); 2: some
+        plans are bad input; 1: some failed otherwise."""
+        if self.errors:
+            return 1 if self.internal else 2
+        return 3 if self.unmet else 0
 
 
 def run_batch_file(
@@ -352,9 +387,7 @@ def run_batch_file(
     if concurrency < 1:
         raise InputError(f"must be at least 1, not {concurrency}", where="--concurrency")
     items = read_plan_lines(plans)
-    from race.indexing import read_manifest
-
-    read_manifest(options.index)
+    options.check()
     engine = None if ray else options.open()
     joined = False
     if ray:
@@ -364,7 +397,9 @@ def run_batch_file(
     try:
         done = resume(out, items)
         todo = [item for item in items if item.line not in done]
-        summary = BatchSummary(plans=len(items), already=len(items) - len(todo))
+        summary = BatchSummary(
+            plans=len(items), already=len(items) - len(todo), unmet={n: u for n, u in done.items() if u}
+        )
         told = progress(len(todo)) if progress is not None else None
         with RecordWriter(out) as writer:
 

@@ -15,11 +15,10 @@ from race.cli_evidence import add_evidence_commands
 from race.cli_index import add_index_commands
 from race.cli_serve import add_serve_command
 from race.version import __version__
-from rsc import GapKind, InputError, ObligationStatus, RaceError, ReplayError, canonical_pretty, most_specific
+from rsc import InputError, RaceError, ReplayError, canonical_pretty, most_specific
 
 if TYPE_CHECKING:
     from planner import LogicalPlan
-    from race.receipt import ObligationReceipt, Receipt
 
 EXIT_BAD_INPUT = 2
 EXIT_UNMET_MANDATORY = 3
@@ -84,25 +83,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         where = receipt_path(retain, receipt)
         print(f"race: retained {len(receipt.retained)} artifacts; receipt {where}", file=sys.stderr)
-    unmet = unmet_mandatory(receipt)
+    unmet = receipt.unmet_mandatory()
     if unmet:
         print(f"race: mandatory obligations not satisfied: {', '.join(unmet)}", file=sys.stderr)
         return EXIT_UNMET_MANDATORY
     return 0
-
-
-def unmet_mandatory(receipt: Receipt) -> tuple[str, ...]:
-    """The mandatory obligations a completed run left unsatisfied, as ``id (status)``. A stage a
-    cascade or fallback did not need (not attempted, its only gaps ``not_needed``) is not one."""
-
-    def not_needed(ob: ObligationReceipt) -> bool:
-        return ob.status is ObligationStatus.NOT_ATTEMPTED and all(g.kind is GapKind.NOT_NEEDED for g in ob.gaps)
-
-    return tuple(
-        f"{ob.id} ({ob.status.value})"
-        for ob in receipt.obligations
-        if ob.mandatory and ob.status is not ObligationStatus.SATISFIED and not (ob.gaps and not_needed(ob))
-    )
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -111,13 +96,18 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from race.batch import EngineOptions, LineResult, run_batch_file
     from race.bundled import ensure_bundled_index
 
-    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
+    if args.catalog and (args.index or args.remote):
+        raise InputError("a catalog names every instance: leave out --index, --remote", where="--catalog")
+    index = None
+    if not args.catalog:
+        index = (Path(args.index) if args.index else ensure_bundled_index(quiet=False)).resolve()
     options = EngineOptions(
-        index=index.resolve(),
+        index=index,
         statistics=Path(args.stats).resolve() if args.stats else None,
         remotes=tuple(args.remote or ()),
         remote_timeout=args.remote_timeout,
         early_stop=not args.no_early_stop,
+        catalog=Path(args.catalog).resolve() if args.catalog else None,
     )
     bars: list[tqdm] = []
 
@@ -133,6 +123,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     print(summary.describe(Path(args.out)), file=sys.stderr)
+    for line, unmet in sorted(summary.unmet.items()):
+        print(f"race: line {line}: mandatory obligations not satisfied: {', '.join(unmet)}", file=sys.stderr)
     return summary.exit_status
 
 
@@ -263,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray", nargs="?", const="local", metavar="ADDRESS", help="run on Ray ('local', the default, or an address)"
     )
     p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+    p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
     p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
     p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
     p.add_argument("--remote-timeout", type=float, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")

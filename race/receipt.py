@@ -18,6 +18,7 @@ from rsc import (
     CanonicalFloat,
     EvidenceStatus,
     Gap,
+    GapKind,
     Hit,
     ObligationKind,
     ObligationStatus,
@@ -209,6 +210,19 @@ class Receipt(Record):
     roles: Roles | None = Field(default=None, exclude_if=lambda v: v is None)
     """The fields and relations staleness and origins read, where the index's schema gives RACE's
     roles to others than the bundled corpus's (``race.roles``); replay reads them from here."""
+
+    def unmet_mandatory(self) -> tuple[str, ...]:
+        """The mandatory obligations this run left unsatisfied, as ``id (status)``. A stage a
+        cascade or fallback did not need (not attempted, its only gaps ``not_needed``) is not one."""
+
+        def not_needed(ob: ObligationReceipt) -> bool:
+            return ob.status is ObligationStatus.NOT_ATTEMPTED and all(g.kind is GapKind.NOT_NEEDED for g in ob.gaps)
+
+        return tuple(
+            f"{ob.id} ({ob.status.value})"
+            for ob in self.obligations
+            if ob.mandatory and ob.status is not ObligationStatus.SATISFIED and not (ob.gaps and not_needed(ob))
+        )
 
     def normalized(self) -> dict[str, Any]:
         data: dict[str, Any] = canonical_data(self, exclude=_NOT_NORMALIZED)

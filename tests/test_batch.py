@@ -131,6 +131,25 @@ def test_batch_resumes_keeping_receipts_and_redoing_errors_torn_and_changed_line
     assert out.read_bytes().splitlines(keepends=True) == again
 
 
+def test_batch_exits_3_when_a_receipt_leaves_a_mandatory_obligation_unsatisfied(
+    index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``race run`` does, for every receipt of the output file: written now or kept from before."""
+    plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
+    met, unmet = FIXTURES / "plans" / "cascade_lexical.json", FIXTURES / "plans" / "postfilter_exhaustive.json"
+    plans.write_bytes(b"\n".join(orjson.dumps(json.loads(p.read_text())) for p in (met, unmet)) + b"\n")
+    args = ["batch", str(plans), "--out", str(out), "--index", str(index_dir)]
+    for _ in range(2):  # the second run only reads the receipts back
+        assert main(args) == 3
+        err = capsys.readouterr().err
+        assert "1 with mandatory obligations not satisfied" in err
+        assert "race: line 2: mandatory obligations not satisfied: o (unsatisfied)" in err
+    optional = json.loads(unmet.read_text())
+    optional["obligations"][0]["mandatory"] = False
+    plans.write_bytes(orjson.dumps(json.loads(met.read_text())) + b"\n" + orjson.dumps(optional) + b"\n")
+    assert main(args) == 0
+
+
 def test_batch_bad_input_writes_nothing(index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "receipts.jsonl"
     plans = tmp_path / "plans.jsonl"

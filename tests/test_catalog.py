@@ -16,6 +16,7 @@ import pytest
 from race.catalog import index_catalog, parse_catalog
 from race.cli import main
 from race.engine import Engine
+from race.receipt import Receipt
 from rsc import FilterSupportClass, InputError, dumps_canonical
 from tests.backends.attached import TABLE, build_attached_sources
 from tests.conftest import FIXTURES
@@ -134,6 +135,22 @@ def test_index_directory_as_a_catalog_serves_what_open_serves(index_dir: Path, t
     assert listed.contracts() == opened.contracts()
     plan = FIXTURES / "plans" / "showcase.json"
     assert masked(listed.run_sync(plan)) == masked(opened.run_sync(plan))
+
+
+def test_batch_runs_on_a_catalog(index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = tmp_path / "index.json"
+    catalog.write_text(json.dumps(index_catalog(index_dir).model_dump(mode="json")))
+    names = ("showcase.json", "cascade_lexical.json")
+    plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
+    plans.write_text("".join(json.dumps(json.loads((FIXTURES / "plans" / n).read_text())) + "\n" for n in names))
+    assert main(["batch", str(plans), "--out", str(out), "--catalog", str(catalog)]) == 0
+    engine = Engine.from_catalog(catalog)
+    got = [Receipt.model_validate(json.loads(line)["receipt"]) for line in out.read_text().splitlines()]
+    assert [masked(r) for r in got] == [masked(engine.run_sync(FIXTURES / "plans" / n)) for n in names]
+    capsys.readouterr()
+    assert main(["batch", str(plans), "--out", str(out), "--catalog", str(catalog), "--index", str(index_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("race: error: --catalog: ") and len(err.splitlines()) == 1
 
 
 # -- attached sources: honest contracts and custody -----------------------------------------------
