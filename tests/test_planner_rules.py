@@ -305,3 +305,36 @@ def test_explain_names_the_fusion_the_runtime_applies(kind: str) -> None:
         assert f"{kind} top [G1] fusion=rrf(k=60)" in render_text(explain)
     else:
         assert fusion is None
+
+
+# -- hybrid legs at scale -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rows", "vector"), [(213, "lancedb.exact_matrix"), (1_000_000, "lancedb.ann")])
+def test_a_hybrids_vector_leg_is_chosen_by_its_own_cost_at_every_scale(rows: int, vector: str) -> None:
+    """BM25's cost grows a few ns a row (benchmarks/results/growth.md), so at 1M chunks the
+    lexical leg no longer hides the vector legs' costs: the cheaper ANN leg is chosen there,
+    and the exact matrix where the table is small."""
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "q",
+        "obligations": [
+            {
+                "id": "q",
+                "kind": "seek_support",
+                "query": {"text": "rotate broker credentials"},
+                "query_class": "broad_question",
+            }
+        ],
+    }
+    stats = Statistics(backends={b: BackendStatistics(backend=b, rows=rows) for b in ("tantivy", "lancedb")})
+    explain = _compile(plan, stats=stats)
+    chosen = next(a for a in _group(explain, "q").alternatives if a.chosen)
+    assert chosen.rule == "HybridRrf"
+    lexical, dense = chosen.rsc.split(" + ")
+    assert lexical.startswith("tantivy.bm25") and dense.startswith(vector), chosen.rsc
+    if rows > 100_000:
+        bm25 = next(
+            a for a in _group(explain, "q").alternatives if a.rsc.startswith("tantivy.bm25") and " + " not in a.rsc
+        )
+        assert bm25.cost < 10.0
