@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from race.bundled import BUNDLED_CORPUS
+from race.catalog import index_catalog
 from race.cli import main
 from race.engine import Engine
 from race.eval_stats import EvalReport, per_query_scores
@@ -105,6 +106,20 @@ def test_cli_eval_writes_json_markdown_and_png(
     assert (tmp_path / "small.md").read_text() == table
     assert (tmp_path / "small.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["eval", *args, "--strategies", "fuzzy"]) == 2
+
+
+def test_cli_eval_runs_on_a_catalog(
+    index_dir: Path, small_set: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog = tmp_path / "index.json"
+    catalog.write_text(json.dumps(index_catalog(index_dir).model_dump(mode="json")))
+    args = [str(small_set[0]), str(small_set[1]), "--strategies", "lexical,hybrid", "--samples", "100", "--json"]
+    assert main(["eval", *args, "--index", str(index_dir)]) == 0
+    by_index = json.loads(capsys.readouterr().out)
+    assert main(["eval", *args, "--catalog", str(catalog)]) == 0
+    by_catalog = json.loads(capsys.readouterr().out)
+    assert by_catalog["overall"] == by_index["overall"] and by_catalog["per_query"] == by_index["per_query"]
+    assert main(["eval", *args, "--catalog", str(catalog), "--index", str(index_dir)]) == 2
 
 
 def test_labelled_plans_are_scored_beside_the_strategies(
