@@ -494,3 +494,25 @@ def test_a_conjunction_gathers_the_rows_of_its_narrowest_filter(
     ids, distances, matching = reference(rows, vectors, query, filters, K)
     assert _ids(matrix, ranking.positions) == ids and ranking.total_matches == matching
     np.testing.assert_allclose(ranking.distances, distances, rtol=0, atol=2.0**-23)
+
+
+def test_the_matrix_is_gathered_chunk_by_chunk_in_the_rows_order(tmp_path: Path) -> None:
+    """``write_matrix`` reads the table's vectors in place, chunk by chunk (nulls as zeros), and
+    writes each sorted copy a block at a time: the arrays and bytes of a whole-copy gather."""
+    from backends.lancedb.matrix import GATHER_ROWS, _gather_vectors, _write_sorted
+
+    rng = np.random.default_rng(13)
+    vectors = rng.standard_normal((50, 6)).astype(np.float32)
+    rows: list[list[float] | None] = [list(map(float, v)) for v in vectors]
+    rows[3] = rows[41] = None
+    flat = pa.array(rows, type=pa.list_(pa.float32(), 6))
+    column = pa.chunked_array([flat.slice(0, 7), flat.slice(7, 30), flat.slice(37)])
+    order = rng.permutation(50).tolist()
+    expected = np.array([[0.0] * 6 if rows[p] is None else rows[p] for p in order], dtype=np.float32)
+    got = _gather_vectors(column, order)
+    assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
+    many = rng.standard_normal((2 * GATHER_ROWS + 5, 3)).astype(np.float32)
+    permutation = rng.permutation(len(many))
+    np.save(tmp_path / "whole.npy", many[permutation])
+    _write_sorted(tmp_path / "blocks.npy", many, permutation)
+    assert (tmp_path / "blocks.npy").read_bytes() == (tmp_path / "whole.npy").read_bytes()
