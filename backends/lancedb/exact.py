@@ -80,7 +80,8 @@ _WHERE: Final = "lancedb.exact"
 
 _MODERATE: Final = 2.0**16
 """A query of norm within this factor of 1 is scored without normalising it, unless its products
-with the longest row could come near float32's range (about 2**128)."""
+with the longest row could come near float32's range (about 2**128) or those with the shortest
+near its subnormals (below 2**-126), where the float32 error bound no longer holds."""
 DIRECT_ROWS: Final = 32
 """Up to this many selected rows, every one is scored in float64 at once (no float32 pass)."""
 _SELECTIONS: Final = 64
@@ -142,7 +143,9 @@ class ExactMatrix:
         self._rank = self.columns["chunk_id"].codes
         directed = np.isfinite(self.norms) & (self.norms > 0)
         self.undirected = int(self.rows - directed.sum())
-        self._longest = float(self.norms[directed].max()) if self.undirected < self.rows else 0.0
+        lengths = self.norms[directed]
+        self._longest = float(lengths.max()) if len(lengths) else 0.0
+        self._shortest = float(lengths.min()) if len(lengths) else 0.0
         self._directed = directed
         with np.errstate(divide="ignore"):
             self._inverse: F32 = np.where(directed, 1.0 / self.norms, 0.0).astype(np.float32)
@@ -213,7 +216,10 @@ class ExactMatrix:
         # Scores are only compared with one another, so the query need not be a unit vector:
         # one of moderate norm is scored as it is (its float32 error bound scales with its norm).
         cut = self._margin
-        if 1.0 / _MODERATE <= q_norm <= _MODERATE and q_norm * self._longest <= 2.0**100:
+        if (
+            1.0 / _MODERATE <= q_norm <= _MODERATE
+            and 2.0**-60 <= q_norm * self._shortest <= q_norm * self._longest <= 2.0**100
+        ):
             cut = cut * np.float32(q_norm)
         else:
             q32 = q32 / np.float32(q_norm)
