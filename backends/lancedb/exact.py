@@ -240,13 +240,7 @@ class ExactMatrix:
             near = np.isfinite(scores).nonzero()[0]
         else:
             near = np.arange(count)
-        rows = locate(near)
-        distances = space.distances(rows, q64, q_norm)
-        order = np.lexsort((space.rank[rows], distances))[:k]
-        rows = rows[order]
-        if space.to_base is not None:
-            rows = space.to_base[rows]
-        return Ranking(rows.astype(np.int64, copy=False), distances[order], found.matching)
+        return self._settled(space, locate(near), q64, q_norm, k, found.matching)
 
     def _direct(self, space: Space, found: Selection, q64: F64, q_norm: float, k: int) -> Ranking:
         """The top-k of a few rows: each row's float64 distance straight away (the bits the
@@ -258,12 +252,17 @@ class ExactMatrix:
             listed = listed[space.directed[listed]]
         if len(listed) == 0 or k < 1:
             return Ranking(np.empty(0, np.int64), np.empty(0, np.float32), found.matching)
-        distances = space.distances(listed, q64, q_norm)
-        order = np.lexsort((space.rank[listed], distances))[:k]
-        rows = listed[order]
+        return self._settled(space, listed, q64, q_norm, k, found.matching)
+
+    @staticmethod
+    def _settled(space: Space, rows: I64, q64: F64, q_norm: float, k: int, matching: int) -> Ranking:
+        """The top-k of ``rows`` (positions in ``space``) by float64 distance, ties by key."""
+        distances = space.distances(rows, q64, q_norm)
+        order = np.lexsort((space.rank[rows], distances))[:k]
+        ranked = rows[order]
         if space.to_base is not None:
-            rows = space.to_base[rows]
-        return Ranking(rows.astype(np.int64, copy=False), distances[order], found.matching)
+            ranked = space.to_base[ranked]
+        return Ranking(ranked.astype(np.int64, copy=False), distances[order], matching)
 
     def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
         """Cosine distances of the rows at ``positions``, each from its own float64 dot product
