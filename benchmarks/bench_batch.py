@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from race.batch import EngineOptions, LineResult, plan_lines, run_batch_file
+from race.batch import EngineOptions, LineResult, plan_lines
+from race.batch_file import run_batch_file
 from race.bundled import BUNDLED_CORPUS
 from race.engine import Engine
 from race.indexing import build_index

@@ -46,7 +46,8 @@ from lancedb.index import Bitmap
 from threadpoolctl import threadpool_info
 
 from backends.lancedb.build import ann_index_config, ann_nprobes, ann_partitions
-from backends.lancedb.exact import ExactMatrix, MatrixStore
+from backends.lancedb.exact import ExactMatrix
+from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import MODE_ANN_PREFILTER, MODE_FLAT, vector_query
 from benchmarks.bench_filtered_vectors import DIMS, SELECTIVITIES, Measure, Mixture, exact_topk, keyword_column
 from rsc import Filter, canonical_pretty, fingerprint

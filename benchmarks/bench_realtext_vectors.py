@@ -41,7 +41,8 @@ from backends.calibration import read_calibration
 from backends.lancedb import LanceAdapter
 from backends.lancedb.build import ann_index_config, ann_nprobes, ann_partitions
 from backends.lancedb.calibration import calibrate, write_calibration
-from backends.lancedb.exact import EXACT_DIR, ExactMatrix, MatrixStore
+from backends.lancedb.exact import EXACT_DIR, ExactMatrix
+from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import MODE_ANN_PREFILTER, MODE_FLAT, TABLE, VECTOR, VECTOR_INDEX, vector_query
 from benchmarks.bench_filtered_vectors import exact_topk
 from benchmarks.realtext import ROOT, build_realtext_index, stored_chunks

@@ -48,8 +48,9 @@ from backends.embedding import EmbedderIdentity, FloatArray
 from backends.generated import generate_contracts, schema_json, write_contracts
 from backends.lancedb.adapter import LanceAdapter
 from backends.lancedb.build import _scalar_index, ann_index_config, ann_nprobes, ann_partitions, chunk_rows
-from backends.lancedb.exact import EXACT_DIR, MatrixStore
+from backends.lancedb.exact import EXACT_DIR
 from backends.lancedb.matrix import SCHEMA_VERSION as MATRIX_SCHEMA
+from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import IDENTITY_FIELDS, MANIFEST, TABLE, VECTOR, VECTOR_INDEX
 from backends.schema import default_schema, schema_document
 from backends.tantivy.adapter import TantivyAdapter

@@ -93,7 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from race.batch import EngineOptions, LineResult, run_batch_file
+    from race.batch import EngineOptions, LineResult
+    from race.batch_file import run_batch_file
     from race.bundled import ensure_bundled_index
 
     if args.catalog and (args.index or args.remote):

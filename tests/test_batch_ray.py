@@ -14,7 +14,8 @@ import orjson
 import pytest
 import ray  # the race[ray] extra, which `make` installs
 
-from race.batch import EngineOptions, LineResult, plan_lines, receipt_of, run_batch_file
+from race.batch import EngineOptions, LineResult, plan_lines, receipt_of
+from race.batch_file import run_batch_file
 from race.cli import main
 from tests.conftest import FIXTURES
 

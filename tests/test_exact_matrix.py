@@ -22,7 +22,8 @@ from backends.embedding import MiniLMEmbedder
 from backends.lancedb import LanceAdapter
 from backends.lancedb import exact as exact_module
 from backends.lancedb.build import chunk_rows, chunk_text
-from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, ExactMatrix, MatrixStore, cluster_field, margin
+from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, ExactMatrix, cluster_field, margin
+from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import TABLE
 from race.bundled import BUNDLED_CORPUS
 from race.engine import Engine
@@ -445,12 +446,35 @@ def test_without_a_matrix_of_the_snapshot_the_flat_scan_answers(
     def unwritable(*args: Any) -> None:
         raise OSError("read-only index directory")
 
-    monkeypatch.setattr("backends.lancedb.exact.write_matrix", unwritable)
+    monkeypatch.setattr("backends.lancedb.matrix_store.write_matrix", unwritable)
     served = _exact(adapter, k=3)
     assert adapter._exact.serving(adapter.snapshot().version) is None
     assert "read-only" in adapter._exact.unavailable
     assert served.hits[0].chunk_id == "late-note#0"
     assert [h.key for h in served.hits] == [h.key for h in _flat(adapter, k=3).hits]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "foreign"])
+def test_a_damaged_matrix_is_written_again_from_the_table(tmp_path: Path, index_dir: Path, damage: str) -> None:
+    """A matrix file that cannot be read back is derived data: the first scan writes the
+    matrix again, and the answer has the bytes of an intact index."""
+    intact = LanceAdapter.open(index_dir)
+    want = _exact(intact, k=5)
+    index = tmp_path / "index"
+    shutil.copytree(index_dir, index)
+    (folder,) = (index / "lancedb" / EXACT_DIR).iterdir()
+    copy = sorted(folder.glob("sorted-*.npy"))[0]
+    if damage == "truncate":
+        copy.write_bytes(copy.read_bytes()[: copy.stat().st_size // 2])
+    else:
+        np.save(copy, np.zeros((3, 2), dtype=np.float64))
+    with pytest.raises(ValueError):
+        ExactMatrix(folder)
+    adapter = LanceAdapter.open(index)
+    got = _exact(adapter, k=5)
+    assert adapter._exact.serving(adapter.snapshot().version) is not None and not adapter._exact.unavailable
+    assert [(h.key, h.custody.score) for h in got.hits] == [(h.key, h.custody.score) for h in want.hits]
+    ExactMatrix(folder)  # readable again
 
 
 @pytest.mark.parametrize(

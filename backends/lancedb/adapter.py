@@ -43,8 +43,9 @@ from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbe
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
-from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, MatrixStore
+from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
 from backends.lancedb.handle import write_facts
+from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import (
     MANIFEST,
     MODE_ANN_POSTFILTER,

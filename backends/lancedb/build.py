@@ -23,7 +23,8 @@ from backends.corpus import Chunk, Corpus
 from backends.embed_batch import Parallel, embed_distinct, text_key
 from backends.embedding import Embedder, MiniLMEmbedder, token_counter
 from backends.generated import schema_json
-from backends.lancedb.exact import EXACT_DIR, MatrixStore
+from backends.lancedb.exact import EXACT_DIR
+from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import (
     ANN_MIN_NPROBES,
     ANN_PROBE_SHARE,
