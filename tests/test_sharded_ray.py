@@ -28,7 +28,7 @@ from rsc import (
     SearchCoverage,
     fingerprint,
 )
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, WrappedAdapter
 
 SPEC: dict[str, Any] = json.loads((FIXTURES / "sharded" / "instances.json").read_text())["bm25"]
 KILLED: str = json.loads((FIXTURES / "sharded" / "instances.json").read_text())["killed"]
@@ -87,36 +87,14 @@ async def test_ray_shards_give_the_receipts_of_local_shards(cluster: None, dirs:
             shard.kill()
 
 
-class _KilledMidQuery(Adapter):
+class _KilledMidQuery(WrappedAdapter):
     """A Ray shard whose actor is killed once every other shard of the instance has answered."""
 
     def __init__(self, inner: RayShard, others: list[RayShard]) -> None:
-        self.backend = inner.backend  # type: ignore[misc]
-        self.inner, self.others = inner, others
+        super().__init__(inner)
+        self.others = others
         self.generated_contracts = inner.index_contracts()
         self.corpus_schema = inner.corpus_schema
-
-    @classmethod
-    def contracts(cls) -> tuple[Any, ...]:
-        return ()
-
-    @classmethod
-    def build(cls, corpus: Any, index_dir: Path, progress: Any = None) -> str:
-        raise NotImplementedError
-
-    @classmethod
-    def open(cls, index_dir: Path) -> _KilledMidQuery:
-        raise NotImplementedError
-
-    @property
-    def identity(self) -> str:
-        return self.inner.identity
-
-    def generation(self) -> str:
-        return self.inner.generation()
-
-    def statistics(self) -> Any:
-        return self.inner.statistics()
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         for other in self.others:
