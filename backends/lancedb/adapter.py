@@ -44,10 +44,9 @@ from backends.generated import generate_contracts, read_contracts, schema_of, wr
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
-from backends.lancedb.handle import write_facts
+from backends.lancedb.handle import read_lance_manifest, write_facts
 from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import (
-    MANIFEST,
     MODE_ANN_POSTFILTER,
     MODE_FLAT,
     MODES,
@@ -68,13 +67,11 @@ from rsc import (
     Gap,
     GapKind,
     Hit,
-    IndexMissingError,
     ScanRequest,
     ScanResult,
     ScoreKind,
     fingerprint,
 )
-from rsc.canonical import read_json
 
 _COUNTED_TYPES: Final = frozenset(
     {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
@@ -132,10 +129,7 @@ class LanceAdapter(LanceSnapshots):
     @classmethod
     def open(cls, index_dir: Path, *, embedder: Embedder | None = None) -> Self:
         path = index_dir / cls.backend
-        manifest_path = path / MANIFEST
-        if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
-            raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
-        manifest = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
+        manifest, _ = read_lance_manifest(path)
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
         # The model is loaded, and checked against the one the vectors were built with, at the first query.
         embedder = BuiltWith(embedder or MiniLMEmbedder(), built_with, where=str(path), hint="rebuild: `race index`")

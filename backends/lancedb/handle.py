@@ -120,6 +120,18 @@ def _stamp(path: Path) -> tuple[int, int, int]:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def read_lance_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int, int]]:
+    """The manifest of the LanceDB index in ``path`` (``DIR/lancedb``) and its file's stamp,
+    taken before it is read (a write after that changes the stamp); a missing index or an
+    unreadable manifest is ``IndexMissingError`` naming it."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
+        raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
+    stamp = _stamp(manifest_path)
+    manifest: dict[str, Any] = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
+    return manifest, stamp
+
+
 class LanceIndex(Adapter):
     """A LanceDB index as planning sees it; the real ``LanceAdapter`` opens on first need."""
 
@@ -155,11 +167,7 @@ class LanceIndex(Adapter):
     @classmethod
     def open(cls, index_dir: Path, *, embedder: Embedder | None = None) -> Self:
         path = index_dir / cls.backend
-        manifest_path = path / MANIFEST
-        if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
-            raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
-        stamp = _stamp(manifest_path)
-        manifest = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
+        manifest, stamp = read_lance_manifest(path)
         handle = cls(path, manifest, stamp, embedder)
         handle.generated_contracts = read_contracts(path)
         handle.corpus_schema = schema_of(manifest)
