@@ -160,6 +160,10 @@ def run_batch_file(
     items = read_plan_lines(plans)
     options.check()
     engine = None if ray else options.open()
+    if ray and options.catalog is not None:
+        # Each actor opens the catalog itself: an instance that cannot be opened is bad input
+        # here, before Ray starts or any record is written.
+        anyio.run(options.open().aclose)
     joined = False
     if ray:
         from race.distributed import connect, run_batch_on_ray, shutdown

@@ -151,6 +151,15 @@ def test_batch_runs_on_a_catalog(index_dir: Path, tmp_path: Path, capsys: pytest
     assert main(["batch", str(plans), "--out", str(out), "--catalog", str(catalog), "--index", str(index_dir)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("race: error: --catalog: ") and len(err.splitlines()) == 1
+    # An instance that cannot be opened is bad input before anything is written, on Ray too.
+    broken = tmp_path / "broken.toml"
+    broken.write_text('schema_version = "race.catalog/1"\n[instances.a]\nkind = "tantivy"\nlocation = "absent"\n')
+    fresh = tmp_path / "fresh.jsonl"
+    for extra in ([], ["--ray", "local"]):
+        assert main(["batch", str(plans), "--out", str(fresh), "--catalog", str(broken), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"race: error: {broken}: instance a: ") and len(err.splitlines()) == 1
+        assert not fresh.exists()
 
 
 # -- attached sources: honest contracts and custody -----------------------------------------------
