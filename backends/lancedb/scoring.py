@@ -56,16 +56,19 @@ class Space:
         return distances
 
 
-def scores_of(space: Space, found: Selection, unit: F32, buffer: Callable[[], F32]) -> tuple[F32, Callable[[I64], I64]]:
-    """float32 cosine of every selected row, and where the i-th score's row is in the space:
+def scores_of(
+    space: Space, found: Selection, query: F32, buffer: Callable[[], F32]
+) -> tuple[F32, Callable[[I64], I64]]:
+    """float32 score of every selected row (its cosine times the query's norm: ``exact.py``
+    scores a query of moderate norm as it is), and where the i-th score's row is in the space:
     one product over each run of consecutive rows, over the whole matrix, or over blocks
     of the selected rows gathered into a per-thread buffer."""
     runs = found.runs
     if runs is not None and len(runs) <= MAX_RUNS:
-        return _run_scores(space, runs, unit)
+        return _run_scores(space, runs, query)
     positions = found.listed()
     if positions is None:
-        everything: F32 = space.matrix @ unit
+        everything: F32 = space.matrix @ query
         everything *= space.inverse
         return everything, _identity
     listed = positions
@@ -74,7 +77,7 @@ def scores_of(space: Space, found: Selection, unit: F32, buffer: Callable[[], F3
         return listed[i]
 
     if len(listed) >= DENSE_SHARE * len(space.matrix):
-        dense: F32 = space.matrix @ unit
+        dense: F32 = space.matrix @ query
         dense *= space.inverse
         return dense[listed], locate
     out = np.empty(len(listed), dtype=np.float32)
@@ -86,15 +89,15 @@ def scores_of(space: Space, found: Selection, unit: F32, buffer: Callable[[], F3
         np.take(space.matrix, block, axis=0, out=rows, mode="clip")
         # One dot per row on this thread: a threaded BLAS call per block waits on the other
         # cores, which a busy machine makes cost more than the block's arithmetic.
-        np.vecdot(rows, unit, out=out[start : start + len(block)])
+        np.vecdot(rows, query, out=out[start : start + len(block)])
     out *= space.inverse[listed]
     return out, locate
 
 
-def _run_scores(space: Space, runs: I64, unit: F32) -> tuple[F32, Callable[[I64], I64]]:
+def _run_scores(space: Space, runs: I64, query: F32) -> tuple[F32, Callable[[I64], I64]]:
     if len(runs) == 1:
         first, stop = runs[0].tolist()
-        one: F32 = space.matrix[first:stop] @ unit
+        one: F32 = space.matrix[first:stop] @ query
         one *= space.inverse[first:stop]
         return one, lambda i: i + first
     firsts, stops = runs[:, 0], runs[:, 1]
@@ -103,7 +106,7 @@ def _run_scores(space: Space, runs: I64, unit: F32) -> tuple[F32, Callable[[I64]
     at = 0
     for first, stop in runs.tolist():
         piece = out[at : at + stop - first]
-        np.matmul(space.matrix[first:stop], unit, out=piece)
+        np.matmul(space.matrix[first:stop], query, out=piece)
         piece *= space.inverse[first:stop]
         at += stop - first
     starts = ends - (stops - firsts)
