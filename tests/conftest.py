@@ -4,6 +4,8 @@ inject delays or faults around a real backend."""
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,25 @@ class WrappedAdapter(Adapter):
 def wrapped_engine(base: Engine, **wrap: Any) -> tuple[Engine, dict[str, WrappedAdapter]]:
     wrapped = {name: WrappedAdapter(adapter, **wrap) for name, adapter in base.adapters.items()}
     return Engine(wrapped), wrapped
+
+
+def remove_live_tree(path: Path) -> None:
+    """Remove ``path`` while an open index may still touch it.
+
+    A tantivy reader takes its meta lock by creating ``.tantivy-meta.lock`` beside
+    ``meta.json`` whenever it reloads, so a plain ``rmtree`` can find a directory it has just
+    emptied holding that file again. The tree is first renamed out of the way (atomic: every
+    reader sees it gone at once), then removed, with retries for a lock file that lands late.
+    """
+    grave = path.with_name(f"{path.name}.removed")
+    path.rename(grave)
+    for _ in range(50):
+        try:
+            shutil.rmtree(grave)
+            return
+        except OSError:
+            time.sleep(0.02)
+    shutil.rmtree(grave)
 
 
 def unavailable(message: str = "injected failure") -> Exception:

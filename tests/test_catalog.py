@@ -19,7 +19,7 @@ from race.engine import Engine
 from race.receipt import Receipt
 from rsc import FilterSupportClass, InputError, dumps_canonical
 from tests.backends.attached import TABLE, build_attached_sources
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, remove_live_tree
 from tests.scan_requests import request_for
 from tests.test_golden_receipts import masked
 
@@ -445,7 +445,7 @@ def test_sources_removed_after_attach_are_gaps_naming_their_instances(
     plan = json.loads((FIXTURES / "catalogs" / "attached_union.json").read_text())
     assert {h.custody.backend for item in engine.run_sync(plan).evidence for h in item.hits} == {"licenses", "tickets"}
     lancedb.connect(str(tmp_path / "lake")).drop_table(TABLE)
-    shutil.rmtree(tmp_path / "licenses")
+    remove_live_tree(tmp_path / "licenses")
     receipt = engine.run_sync(plan)
     assert receipt.evidence == ()
     moved = sorted((g.obligation, g.backend) for g in receipt.gaps if g.kind is GapKind.SNAPSHOT_MOVED)

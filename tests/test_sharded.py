@@ -44,7 +44,7 @@ from rsc import (
     SearchCoverage,
     fingerprint,
 )
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, remove_live_tree
 from tests.faults.injector import FaultyAdapter, hang_async, nth_call, raise_task, truncated_custody
 from tests.scan_requests import request_for
 
@@ -426,7 +426,7 @@ async def test_shard_removed_after_open_is_unavailable_not_a_crash(bm25: dict[st
     for lb in labels:
         shutil.copytree(bm25[lb], dirs[lb])
     engine = Engine({"shards": ShardedAdapter.open_dirs("shards", TantivyAdapter, [dirs[lb] for lb in labels])})
-    shutil.rmtree(dirs[killed])
+    remove_live_tree(dirs[killed])
     text = spec["queries"][0]
     receipt = await engine.run(_plan(text, spec["k"], allow="shards.tantivy.bm25"))
     survivors = [lb for lb in labels if lb != killed]

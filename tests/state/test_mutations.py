@@ -22,6 +22,7 @@ from backends.lancedb.build import ann_index_config
 from backends.lancedb.query import TABLE, VECTOR, VECTOR_INDEX
 from backends.tantivy import TantivyAdapter
 from race.engine import Engine
+from tests.conftest import remove_live_tree
 from tests.state.conftest import (
     EDIT,
     EVERY_BACKEND,
@@ -70,7 +71,7 @@ def test_an_index_rebuilt_elsewhere_and_moved_into_place(
     cache then holds entries for both, each served only for its own snapshot."""
     long_lived.warm(EVERY_BACKEND)
     for source in (edited_index, index_dir):
-        shutil.rmtree(live_index)
+        remove_live_tree(live_index)
         shutil.copytree(source, live_index)
         assert_honest(long_lived, EVERY_BACKEND)
 
@@ -196,6 +197,6 @@ def test_a_commit_during_an_in_flight_leg(
         assert chunk not in {h.chunk_id for item in after.evidence for h in item.hits}
         assert after.normalized_bytes() == Engine.open(live_index).run_sync(one).normalized_bytes()
         # The next engine starts from the committed state; undo nothing, copy it as the new "planned".
-        shutil.rmtree(planned)
+        remove_live_tree(planned)
         shutil.copytree(live_index, planned)
         chunk = _top_chunk(after, backend)
