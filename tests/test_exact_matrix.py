@@ -521,20 +521,27 @@ def test_a_conjunction_gathers_the_rows_of_its_narrowest_filter(
 
 
 def test_the_matrix_is_gathered_chunk_by_chunk_in_the_rows_order(tmp_path: Path) -> None:
-    """``write_matrix`` reads the table's vectors in place, chunk by chunk (nulls as zeros), and
-    writes each sorted copy a block at a time: the arrays and bytes of a whole-copy gather."""
+    """``write_matrix`` reads the table's vectors batch by batch from a scan of their own (nulls
+    as zeros), refusing a scan whose rows are not the row scan's, and writes each sorted copy a
+    block at a time: the arrays and bytes of a whole-copy gather."""
     from backends.lancedb.matrix import GATHER_ROWS, _gather_vectors, _write_sorted
 
     rng = np.random.default_rng(13)
     vectors = rng.standard_normal((50, 6)).astype(np.float32)
     rows: list[list[float] | None] = [list(map(float, v)) for v in vectors]
     rows[3] = rows[41] = None
-    flat = pa.array(rows, type=pa.list_(pa.float32(), 6))
-    column = pa.chunked_array([flat.slice(0, 7), flat.slice(7, 30), flat.slice(37)])
+    ids = [f"c{i:02d}" for i in range(50)]
+    scan = pa.table({"chunk_id": ids, "vector": pa.array(rows, type=pa.list_(pa.float32(), 6))})
+    batches = [scan.slice(0, 7), scan.slice(7, 30), scan.slice(37)]
     order = rng.permutation(50).tolist()
     expected = np.array([[0.0] * 6 if rows[p] is None else rows[p] for p in order], dtype=np.float32)
-    got = _gather_vectors(column, order)
+    got = _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches), ids, order, 6)
     assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
+    shuffled = ids[:7] + ids[8:9] + ids[7:8] + ids[9:]
+    with pytest.raises(ValueError, match=r"rows 7\.\.37 are not the row scan's"):
+        _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches), shuffled, order, 6)
+    with pytest.raises(ValueError, match="has 37 rows, the row scan 50"):
+        _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches[:2]), ids, order, 6)
     many = rng.standard_normal((2 * GATHER_ROWS + 5, 3)).astype(np.float32)
     permutation = rng.permutation(len(many))
     np.save(tmp_path / "whole.npy", many[permutation])

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -109,24 +109,31 @@ GATHER_ROWS: Final = 16384
 """Rows copied at a time into a sorted copy: 24 MiB of 384-d float32."""
 
 
-def _gather_vectors(column: pa.ChunkedArray, order: Sequence[int]) -> npt.NDArray[np.float32]:
-    """The vectors of ``column`` (fixed-size lists) in ``order``, as one float32 matrix: each of
-    the column's chunks is read in place (no Arrow copy of the column) and its rows are put
-    where ``order`` places them. A null vector has no direction: it is kept as zeros and
-    never scored."""
-    dims = int(column.type.list_size)
+def _gather_vectors(
+    batches: Iterable[pa.RecordBatch], chunk_ids: Sequence[str], order: Sequence[int], dims: int
+) -> npt.NDArray[np.float32]:
+    """The vectors of a scan of the table (batches of ``chunk_id`` and the vector column, in
+    the row scan's order, ``chunk_ids``), as one float32 matrix in ``order``: each batch is read
+    in place and its rows are put where ``order`` places them, so the table's vectors are never
+    held whole beside the matrix. A null vector has no direction: it is kept as zeros and
+    never scored. Refuses a scan whose rows are not the row scan's."""
     out = np.empty((len(order), dims), dtype=np.float32)
     place = np.empty(len(order), dtype=np.intp)
     place[np.asarray(order, dtype=np.intp)] = np.arange(len(order))
     at = 0
-    for chunk in column.chunks:
-        rows = len(chunk)
-        if chunk.null_count == 0:
-            block = np.asarray(chunk.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    for batch in batches:
+        rows = batch.num_rows
+        column = batch.column(VECTOR_COLUMN)
+        if [str(c) for c in batch.column("chunk_id").to_pylist()] != list(chunk_ids[at : at + rows]):
+            raise ValueError(f"the vector scan's rows {at}..{at + rows} are not the row scan's")
+        if column.null_count == 0:
+            block = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
         else:
-            block = np.array([[0.0] * dims if v is None else v for v in chunk.to_pylist()], dtype=np.float32)
+            block = np.array([[0.0] * dims if v is None else v for v in column.to_pylist()], dtype=np.float32)
         out[place[at : at + rows]] = block.reshape(rows, dims)
         at += rows
+    if at != len(order):
+        raise ValueError(f"the vector scan has {at} rows, the row scan {len(order)}")
     return out
 
 
@@ -155,7 +162,10 @@ def write_matrix(table: Table, folder: Path, manifest: str) -> None:
     The files go to a sibling temporary folder renamed into place once complete, so a reader
     never sees half a matrix. Refuses a table whose ``chunk_id`` values are not unique.
     """
-    found = table.to_arrow()
+    # The vectors are scanned apart, batch by batch: the table's whole vector column is never
+    # held beside the matrix (at 1M rows each is 1.5 GB).
+    columns = [name for name in table.schema.names if name != VECTOR_COLUMN]
+    found = table.search().select(columns).limit(None).to_arrow()
     chunk_ids = [str(c) for c in found.column("chunk_id").to_pylist()]
     if len(set(chunk_ids)) != len(chunk_ids):
         raise ValueError("chunk_id values are not unique")
@@ -166,23 +176,21 @@ def write_matrix(table: Table, folder: Path, manifest: str) -> None:
         {**orjson.loads(metadata[p] or "{}"), "doc_id": doc_ids[p], "chunk_id": chunk_ids[p]}
         for p in range(len(chunk_ids))
     ]
+    del doc_ids, metadata
     cluster = cluster_field(by_row)
     if cluster is None:
         order = sorted(range(len(chunk_ids)), key=chunk_ids.__getitem__)
     else:
         order = sorted(range(len(chunk_ids)), key=lambda p: (_cluster_key(by_row[p], cluster), chunk_ids[p]))
     take = pa.array(order, type=pa.int64())
-    vectors = _gather_vectors(found.column(VECTOR_COLUMN), order)
-    dims = vectors.shape[1]
-    # The table's own vectors are no longer needed: at 1M rows they are 1.5 GB.
-    found = found.drop_columns([VECTOR_COLUMN])
+    dims = int(table.schema.field(VECTOR_COLUMN).type.list_size)
+    scan = table.search().select(["chunk_id", VECTOR_COLUMN]).limit(None).to_batches(GATHER_ROWS)
+    vectors = _gather_vectors(scan, chunk_ids, order, dims)
     norms = row_norms(vectors)
     undirected = ~(np.isfinite(norms) & (norms > 0))
     # Never scored, and zeroed so that no NaN or infinity can enter a product.
     vectors[undirected] = 0.0
     norms[undirected] = 0.0
-    rows_table = found.take(take)
-    del found
     rows = [by_row[p] for p in order]
     fields = sorted({name for row in rows for name in row})
     values: dict[str, dict[TypedKey, Any]] = {name: {} for name in fields}
@@ -213,8 +221,11 @@ def write_matrix(table: Table, folder: Path, manifest: str) -> None:
     try:
         np.save(staging / MATRIX_FILE, vectors)
         np.save(staging / NORMS_FILE, norms)
-        with pa.OSFile(str(staging / ROWS_FILE), "wb") as sink, pa.ipc.new_file(sink, rows_table.schema) as writer:
-            writer.write_table(rows_table)
+        with pa.OSFile(str(staging / ROWS_FILE), "wb") as sink, pa.ipc.new_file(sink, found.schema) as writer:
+            # A block of rows at a time, in matrix order: never a whole reordered copy.
+            for start in range(0, len(order), GATHER_ROWS):
+                writer.write_table(found.take(take[start : start + GATHER_ROWS]))
+        del found
         np.save(staging / CODES_FILE, codes)
         for name in copies:
             index = fields.index(name)
