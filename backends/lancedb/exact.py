@@ -238,6 +238,13 @@ class ExactMatrix:
     def _direct(self, space: Space, found: Selection, q64: F64, q_norm: float, k: int) -> Ranking:
         """The top-k of a few rows: each row's float64 distance straight away (the bits the
         float32 pass and its settling would give the rows they keep), ordered by it and key."""
+        runs = found.runs
+        if runs is not None and len(runs) == 1:
+            # One run of rows with a direction each, read in place (a slice is a view; a list
+            # of positions would be a gather).
+            first, stop = runs[0].tolist()
+            if first < stop and k >= 1 and (not self.undirected or bool(space.directed[first:stop].all())):
+                return self._settled(space, slice(first, stop), q64, q_norm, k, found.matching)
         listed = found.listed()
         if listed is None:
             listed = np.arange(self.rows)
@@ -248,11 +255,12 @@ class ExactMatrix:
         return self._settled(space, listed, q64, q_norm, k, found.matching)
 
     @staticmethod
-    def _settled(space: Space, rows: I64, q64: F64, q_norm: float, k: int, matching: int) -> Ranking:
-        """The top-k of ``rows`` (positions in ``space``) by float64 distance, ties by key."""
+    def _settled(space: Space, rows: I64 | slice, q64: F64, q_norm: float, k: int, matching: int) -> Ranking:
+        """The top-k of ``rows`` (positions in ``space``, or one run of them) by float64
+        distance, ties by key."""
         distances = space.distances(rows, q64, q_norm)
         order = np.lexsort((space.rank[rows], distances))[:k]
-        ranked = rows[order]
+        ranked = rows[order] if isinstance(rows, np.ndarray) else order + rows.start
         if space.to_base is not None:
             ranked = space.to_base[ranked]
         return Ranking(ranked.astype(np.int64, copy=False), distances[order], matching)

@@ -40,8 +40,8 @@ class Space:
     directed: npt.NDArray[np.bool_]
     rank: npt.NDArray[np.int32]
 
-    def distances(self, positions: I64, q64: F64, q_norm: float) -> F32:
-        """Cosine distances of the rows at ``positions`` of this space, each from its own
+    def distances(self, positions: I64 | slice, q64: F64, q_norm: float) -> F32:
+        """Cosine distances of the rows at ``positions`` (or in a run) of this space, each from its own
         float64 dot product (the products of float32 values are exact in float64).
 
         A row's distance depends on its vector and norm alone, so it is the same in every
