@@ -535,13 +535,13 @@ def test_the_matrix_is_gathered_chunk_by_chunk_in_the_rows_order(tmp_path: Path)
     batches = [scan.slice(0, 7), scan.slice(7, 30), scan.slice(37)]
     order = rng.permutation(50).tolist()
     expected = np.array([[0.0] * 6 if rows[p] is None else rows[p] for p in order], dtype=np.float32)
-    got = _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches), ids, order, 6)
+    got = _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches), scan.column("chunk_id"), order, 6)
     assert got.dtype == np.float32 and got.tobytes() == expected.tobytes()
     shuffled = ids[:7] + ids[8:9] + ids[7:8] + ids[9:]
     with pytest.raises(ValueError, match=r"rows 7\.\.37 are not the row scan's"):
-        _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches), shuffled, order, 6)
+        _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches), pa.chunked_array([shuffled]), order, 6)
     with pytest.raises(ValueError, match="has 37 rows, the row scan 50"):
-        _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches[:2]), ids, order, 6)
+        _gather_vectors((b.combine_chunks().to_batches()[0] for b in batches[:2]), scan.column("chunk_id"), order, 6)
     many = rng.standard_normal((2 * GATHER_ROWS + 5, 3)).astype(np.float32)
     permutation = rng.permutation(len(many))
     np.save(tmp_path / "whole.npy", many[permutation])

@@ -110,7 +110,7 @@ GATHER_ROWS: Final = 16384
 
 
 def _gather_vectors(
-    batches: Iterable[pa.RecordBatch], chunk_ids: Sequence[str], order: Sequence[int], dims: int
+    batches: Iterable[pa.RecordBatch], chunk_ids: pa.ChunkedArray, order: Sequence[int], dims: int
 ) -> npt.NDArray[np.float32]:
     """The vectors of a scan of the table (batches of ``chunk_id`` and the vector column, in
     the row scan's order, ``chunk_ids``), as one float32 matrix in ``order``: each batch is read
@@ -124,7 +124,7 @@ def _gather_vectors(
     for batch in batches:
         rows = batch.num_rows
         column = batch.column(VECTOR_COLUMN)
-        if [str(c) for c in batch.column("chunk_id").to_pylist()] != list(chunk_ids[at : at + rows]):
+        if not pa.chunked_array([batch.column("chunk_id")]).equals(chunk_ids.slice(at, rows)):
             raise ValueError(f"the vector scan's rows {at}..{at + rows} are not the row scan's")
         if column.null_count == 0:
             block = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
@@ -185,7 +185,7 @@ def write_matrix(table: Table, folder: Path, manifest: str) -> None:
     take = pa.array(order, type=pa.int64())
     dims = int(table.schema.field(VECTOR_COLUMN).type.list_size)
     scan = table.search().select(["chunk_id", VECTOR_COLUMN]).limit(None).to_batches(GATHER_ROWS)
-    vectors = _gather_vectors(scan, chunk_ids, order, dims)
+    vectors = _gather_vectors(scan, found.column("chunk_id"), order, dims)
     norms = row_norms(vectors)
     undirected = ~(np.isfinite(norms) & (norms > 0))
     # Never scored, and zeroed so that no NaN or infinity can enter a product.
