@@ -18,6 +18,7 @@ BENCHMARKS = (
     ("benchmarks.bench_graph_expansion", ("graph_expansion",)),
     ("benchmarks.bench_filtered_vectors", ("filtered_vectors",)),
     ("benchmarks.bench_exact_vectors", ("exact_vectors",)),
+    ("benchmarks.bench_matrix_write", ("matrix_write",)),
     ("benchmarks.bench_early_stop", ("early_stop",)),
     ("benchmarks.bench_startup", ()),
     ("benchmarks.bench_batch", ("batch",)),
