@@ -212,3 +212,33 @@ def test_port_out_of_range_is_one_line_exit_2(index_dir: Path) -> None:
     done = run_cli("serve", "--index", str(index_dir), "--port", "99999", timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "--port" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_accepted_connections_have_nagle_off() -> None:
+    """Every connection the server accepts has TCP_NODELAY set: h11 writes a response's head and
+    body apart, and with Nagle's algorithm on, the second write of every kept-alive request
+    waited for the client's delayed ACK (measured 44 ms a request on this machine, 1.6 ms
+    without)."""
+    import asyncio
+
+    from race.serve_http import listen
+
+    sock = listen("127.0.0.1", 0, 8)
+    accepted: list[socket.socket] = []
+
+    class Accept(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.append(transport.get_extra_info("socket"))
+
+    server = await asyncio.get_running_loop().create_server(Accept, sock=sock)
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        with anyio.fail_after(5):
+            while not accepted:
+                await anyio.sleep(0.01)
+        assert accepted[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
