@@ -10,7 +10,7 @@ import pytest
 
 from backends.remote.protocol import PROTOCOL_VERSION
 from race.serve import loopback_host
-from rsc import InputError, ScanRequest
+from rsc import BackendUnavailable, InputError, ScanRequest
 from tests.remote.conftest import Server, launch, remote_plan, run_cli, wait_ready
 
 
@@ -26,6 +26,25 @@ def test_contracts_document(server: Server) -> None:
     assert {"tantivy.bm25@1.0.0", "tantivy.exact@1.1.0"} <= refs
     assert all(c["egress"] == "local" for c in doc["contracts"])
 
+
+
+def test_the_contracts_document_is_parsed_once_per_distinct_body(server: Server) -> None:
+    """Every run reads the document again for the generation: the same bytes give the same
+    (immutable) record without a new parse; other bytes are parsed anew, and a malformed
+    document is refused every time it is read."""
+    from backends.remote.adapter import _parse_info
+
+    body = httpx.get(server.url + "/v1/contracts").content
+    first = _parse_info(body, where="test")
+    assert _parse_info(bytes(body), where="test") is first
+    doc = json.loads(body)
+    doc["generation"] = "race-serve:xxh3_128:" + "0" * 32
+    moved = _parse_info(json.dumps(doc).encode(), where="test")
+    assert moved.generation != first.generation and moved.contracts == first.contracts
+    broken = body.replace(b'"contracts"', b'"contractz"')
+    for _ in range(2):
+        with pytest.raises(BackendUnavailable, match="malformed contracts document"):
+            _parse_info(broken, where="test")
 
 def _scan_body(**update: object) -> bytes:
     request = ScanRequest(
