@@ -118,17 +118,25 @@ def _vector_reference(index_dir: Path, query: str, doc_type: str, k: int) -> lis
     return [(rows["chunk_id"][keep[j]], float(distance[j])) for j in order]
 
 
-def test_lexical_plans_never_read_the_model(index_dir: Path) -> None:
-    lexical = FIXTURES / "plans" / "cascade_lexical.json"
-    vector = FIXTURES / "plans" / "exhaustive_vector.json"
+LEXICAL = FIXTURES / "plans" / "cascade_lexical.json"
+VECTOR = FIXTURES / "plans" / "exhaustive_vector.json"
+
+
+def _probe(code: str, index_dir: Path) -> dict[str, Any]:
+    """What ``code`` saw, run in a fresh interpreter over the index, a lexical and a vector plan."""
     probe = subprocess.run(
-        [sys.executable, "-c", _MODEL_PROBE, str(index_dir), str(lexical), str(vector)],
+        [sys.executable, "-c", code, str(index_dir), str(LEXICAL), str(VECTOR)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert probe.returncode == 0, probe.stderr
-    seen = json.loads(probe.stdout)
+    seen: dict[str, Any] = json.loads(probe.stdout)
+    return seen
+
+
+def test_lexical_plans_never_read_the_model(index_dir: Path) -> None:
+    seen = _probe(_MODEL_PROBE, index_dir)
     # Opening the index, running a lexical plan and planning it: no load, no read of the weights.
     assert seen["steps"]["open"] == [0, 0]
     assert seen["steps"]["run lexical"] == [0, 0]
@@ -138,7 +146,7 @@ def test_lexical_plans_never_read_the_model(index_dir: Path) -> None:
     loads, reads = seen["steps"]["run vector"]
     assert loads == 1 and reads >= 1
     assert seen["vector_gaps"] == []
-    plan = json.loads(vector.read_text(encoding="utf-8"))["obligations"][0]
+    plan = json.loads(VECTOR.read_text(encoding="utf-8"))["obligations"][0]
     reference = _vector_reference(index_dir, plan["query"]["text"], "incident", plan["k"])
     assert [c for c, _ in seen["vector"]] == [c for c, _ in reference]
     assert [s for _, s in seen["vector"]] == pytest.approx([d for _, d in reference], abs=1e-5)
@@ -237,16 +245,7 @@ def _with_the_table(index_dir: Path) -> Any:
 def test_a_lexical_plan_plans_and_runs_without_lancedb(index_dir: Path) -> None:
     from rsc.canonical import dumps_canonical
 
-    lexical = FIXTURES / "plans" / "cascade_lexical.json"
-    vector = FIXTURES / "plans" / "exhaustive_vector.json"
-    probe = subprocess.run(
-        [sys.executable, "-c", _LANCE_PROBE, str(index_dir), str(lexical), str(vector)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert probe.returncode == 0, probe.stderr
-    seen = json.loads(probe.stdout)
+    seen = _probe(_LANCE_PROBE, index_dir)
     assert seen["steps"] == {
         "plan": [],
         "run": [],
@@ -256,7 +255,7 @@ def test_a_lexical_plan_plans_and_runs_without_lancedb(index_dir: Path) -> None:
     }
     # The same receipts, byte for byte, as an engine that opened the table at once.
     reference = _with_the_table(index_dir)
-    for name, plan in (("lexical", lexical), ("vector", vector)):
+    for name, plan in (("lexical", LEXICAL), ("vector", VECTOR)):
         assert seen[name] == dumps_canonical(reference.run_sync(plan).normalized()).decode(), name
     assert json.loads(seen["vector"])["evidence"]
 

@@ -26,6 +26,18 @@ TEXT = "the broker ran out of memory and was killed"
 LEVELS = ("Strong", "Bounded", "Session", "Eventually")
 
 
+def _incident_plan(**extra: Any) -> dict[str, Any]:
+    """One conceptual obligation for the top 5 incidents about ``TEXT``."""
+    ob = {
+        "id": "collection",
+        "kind": "seek_support",
+        "query": {"text": TEXT},
+        "query_class": "conceptual",
+        "k": 5,
+        "hard_filters": [{"field": "doc_type", "value": "incident"}],
+        **extra,
+    }
+    return {"schema_version": "race.plan/1", "root": "collection", "obligations": [ob], "operators": []}
 
 
 def _direct(adapter: Any, text: str, expr: str, k: int, level: str) -> list[str]:
@@ -111,22 +123,7 @@ def test_a_catalog_instance_declares_its_level(
     }
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps(catalog), encoding="utf-8")
-    plan = {
-        "schema_version": "race.plan/1",
-        "root": "collection",
-        "obligations": [
-            {
-                "id": "collection",
-                "kind": "seek_support",
-                "query": {"text": TEXT},
-                "query_class": "conceptual",
-                "k": 5,
-                "hard_filters": [{"field": "doc_type", "value": "incident"}],
-                "required_coverage": "exhaustive_for_declared_fragment",
-            }
-        ],
-        "operators": [],
-    }
+    plan = _incident_plan(required_coverage="exhaustive_for_declared_fragment")
     engine = Engine.from_catalog(path)
     try:
         contract = next(c for c in engine.adapters["chunks"].index_contracts() if c.mode == "milvus_flat")
@@ -256,26 +253,7 @@ def test_the_command_line_declares_level_and_partition_key(
         manifest = json.loads((out / "milvus" / "race.json").read_text(encoding="utf-8"))
         assert (manifest["consistency_level"], manifest["partition_key"]) == ("Eventually", "doc_type")
         plan = tmp_path / "plan.json"
-        plan.write_text(
-            json.dumps(
-                {
-                    "schema_version": "race.plan/1",
-                    "root": "collection",
-                    "obligations": [
-                        {
-                            "id": "collection",
-                            "kind": "seek_support",
-                            "query": {"text": TEXT},
-                            "query_class": "conceptual",
-                            "k": 5,
-                            "hard_filters": [{"field": "doc_type", "value": "incident"}],
-                            "allow_contracts": ["milvus.flat_prefilter"],
-                        }
-                    ],
-                    "operators": [],
-                }
-            )
-        )
+        plan.write_text(json.dumps(_incident_plan(allow_contracts=["milvus.flat_prefilter"])))
         assert main(["run", str(plan), "--index", str(index_dir), "--milvus", str(out), "--json"]) == 0
         receipt = json.loads(capsys.readouterr().out)
         kinds = [(g["kind"], g["severity"]) for g in receipt["gaps"]]
