@@ -166,3 +166,18 @@ def test_range_selectivity_comes_from_the_counted_values() -> None:
     severe = Filter(field="severity", op=FilterOp.RANGE, gte=2)
     assert known_selectivity(stats, [severe]) == pytest.approx(0.6)
     assert known_selectivity(stats, [Filter(field="team", value="x")]) is None
+
+
+def test_a_bound_below_one_step_of_the_measured_mean_promises_nothing() -> None:
+    """A mean recall@10 over 16 queries moves in steps of 1/160: one hit in 160 gives a Wilson
+    bound of 0.0004, which 16 fresh queries that find nothing (0.0) fall below; it is 0. A
+    bound of one step or more is the Wilson bound itself."""
+    from backends.calibration import _bucket
+
+    one_hit = [[0.1] + [0.0] * 7, [0.0] * 8]
+    assert 0.0 < wilson_lower(1 / 160, 16) < 1 / 160
+    tiny = _bucket("1-10%", one_hit, 10)
+    assert tiny is not None and tiny.mean_recall == round(1 / 160, 6) and tiny.lower_bound == 0.0
+    half = [[0.5] * 8, [0.5] * 8]
+    kept = _bucket("1-10%", half, 10)
+    assert kept is not None and kept.lower_bound == round(min(wilson_lower(0.5, 16), wilson_lower(0.5, 8)), 6) > 0
