@@ -25,11 +25,17 @@ from race.instances import known_contracts as known_contracts
 from race.instances import load_statistics as load_statistics
 from race.legs import UNKNOWN_GENERATION
 from race.receipt import Operational, Receipt
+from race.retain import RunRecorder
 from race.roles import index_roles
-from race.snapshots import backends_read, pin_snapshots
+from race.snapshots import backends_read, modes_read, pin_snapshots
 from rsc import Contract, GapKind, calibrated, most_specific
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
+
+
+SETUP_TIMEOUT_S = 120.0
+"""How long ``warm`` waits for the backends' set-up before the run starts anyway (a backend still
+setting up then opens within the run, and its legs say what became of them)."""
 
 
 # A receipt with a gap that depends on timing, on a backend's health or on a snapshot that
@@ -80,8 +86,13 @@ class Engine:
             )
         )
         self._contract_refs = {f"{c.rsc_id}@{c.version}": c for c in self._contracts}
-        # Recall measured on each backend's index, by the generation it was measured at.
+        # Recall measured on each backend's index, by the generation it was measured at; read
+        # again when a backend's generation moves past it (an index rebuilt in place).
         self._calibrations = {n: found for n, a in self.adapters.items() if (found := a.calibrations()) is not None}
+        self._calibrations_read: dict[str, str] = {}
+        # (backend, modes) whose set-up (imports, opens, weights, matrices) is done.
+        self._warmed: set[tuple[str, frozenset[str] | None]] = set()
+        self._warmed_plans: set[str] = set()
         self._calibrated: dict[tuple[tuple[str, str], ...], tuple[Contract, ...]] = {}
         self._statistics_fixed = statistics is not None
         # The statistics given, or what the adapters reported by the generations they were read
@@ -141,6 +152,7 @@ class Engine:
     def contracts_at(self, generations: Mapping[str, str]) -> tuple[Contract, ...]:
         """The contracts as they stand at ``generations``: an approximate contract carries the
         recall measured on its index only where that measurement is of this very generation."""
+        self._refresh_calibrations(generations)
         current = tuple(sorted((n, g) for n, (g, _) in self._calibrations.items() if generations.get(n) == g))
         if not current:
             return self._contracts
@@ -157,6 +169,27 @@ class Engine:
             )
             self._calibrated[current] = found
         return found
+
+    def _refresh_calibrations(self, generations: Mapping[str, str]) -> None:
+        """Read a backend's calibration file again when the run sees a generation that neither the
+        kept calibration nor the last read was made at: a long-lived engine then promises what a
+        fresh one over the same index promises."""
+        for name, generation in generations.items():
+            if generation == UNKNOWN_GENERATION or self._calibrations_read.get(name) == generation:
+                continue
+            kept = self._calibrations.get(name)
+            if kept is not None and kept[0] == generation:
+                continue
+            self._calibrations_read[name] = generation
+            try:
+                found = self.adapters[name].calibrations()
+            except Exception:
+                found = None  # unreadable now: no recall is promised from it
+            if found is None:
+                self._calibrations.pop(name, None)
+            else:
+                self._calibrations[name] = found
+            self._calibrated.clear()
 
     def generations(self) -> dict[str, str]:
         return {name: adapter.generation() for name, adapter in self.adapters.items()}
@@ -256,14 +289,60 @@ class Engine:
         generations = await self.current_generations(deadline=deadline)
         return self._plan(logical, generations, where)[0]
 
+    # -- set-up ----------------------------------------------------------------------------
+
+    async def warm(self, plan: PlanInput | None = None, *, where: str = "plan") -> float:
+        """Do the set-up a plan needs (every backend's, for every mode, without one): library
+        imports, opens of tables and indexes, model weights and matrices, all backends at once,
+        each on a worker thread, bounded by ``SETUP_TIMEOUT_S``. ``run`` calls it before the
+        plan's clock starts: set-up is never charged to a plan's deadline. Returns the seconds
+        it took (0 when everything was already set up)."""
+        started = time.monotonic()
+        if plan is None:
+            needs: dict[str, frozenset[str] | None] = dict.fromkeys(self.adapters)
+        else:
+            logical = self.parse(plan, where=where)
+            digest = plan_digest(logical)
+            if digest in self._warmed_plans:
+                return 0.0
+            generations = await self.current_generations(deadline=started + SETUP_TIMEOUT_S)
+            # The first compile of a plan is CPU work (the run then finds it in the plan cache):
+            # on a worker thread, so that the loop keeps serving whatever else it runs.
+            explain = (await anyio.to_thread.run_sync(self._plan, logical, generations, where))[0]
+            needs = dict(modes_read(explain, self.adapters))
+            self._warmed_plans.add(digest)
+        todo = [
+            (name, modes)
+            for name, modes in needs.items()
+            if (name, modes) not in self._warmed and (name, None) not in self._warmed
+        ]
+        if not todo:
+            return 0.0
+
+        async def one(name: str, modes: frozenset[str] | None) -> None:
+            try:
+                await anyio.to_thread.run_sync(self.adapters[name].warm, modes, abandon_on_cancel=True)
+            except Exception:
+                return  # left for the legs to report, each as its own gap
+            self._warmed.add((name, modes))
+
+        with anyio.move_on_after(SETUP_TIMEOUT_S):
+            async with anyio.create_task_group() as group:
+                for name, modes in todo:
+                    group.start_soon(one, name, modes)
+        return time.monotonic() - started
+
     # -- running ---------------------------------------------------------------------------
 
     @_one_error
     async def run(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
-        that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt."""
-        started = time.monotonic()
+        that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
+
+        The plan's set-up (``warm``) is done first; the deadline starts after it."""
         logical = self.parse(plan, where=where)
+        setup_s = await self.warm(logical, where=where)
+        started = time.monotonic()
         # The plan deadline covers every read the run needs, generations included (I17).
         deadline = started + logical.budget.deadline_ms / 1000.0
         generations = await self.current_generations(deadline=deadline)
@@ -277,12 +356,11 @@ class Engine:
             if cached is not None:
                 operational = Operational(
                     wall_ms=round((time.monotonic() - started) * 1000.0, 3),
+                    setup_ms=round(setup_s * 1000.0, 3),
                     plan_cache="hit" if plan_hit else "miss",
                     receipt_cache="hit",
                 )
                 return cached.model_copy(update={"operational": operational})
-        from race.retain import RunRecorder
-
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (SPEC §7).
         read = backends_read(explain, self.adapters)
@@ -315,6 +393,7 @@ class Engine:
             self.receipt_cache.put(receipt_key, receipt)
         operational = Operational(
             wall_ms=round((time.monotonic() - started) * 1000.0, 3),
+            setup_ms=round(setup_s * 1000.0, 3),
             plan_cache="hit" if plan_hit else "miss",
             receipt_cache="none" if retain is not None else "miss",
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},

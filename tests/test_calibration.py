@@ -13,7 +13,7 @@ import pytest
 
 from backends.calibration import read_calibration, wilson_lower
 from backends.lancedb import LanceAdapter
-from backends.lancedb.calibration import calibrate
+from backends.lancedb.calibration import calibrate, write_calibration
 from backends.lancedb.query import TABLE
 from planner.explain import render_text
 from race.engine import Engine
@@ -181,3 +181,25 @@ def test_a_bound_below_one_step_of_the_measured_mean_promises_nothing() -> None:
     half = [[0.5] * 8, [0.5] * 8]
     kept = _bucket("1-10%", half, 10)
     assert kept is not None and kept.lower_bound == round(min(wilson_lower(0.5, 16), wilson_lower(0.5, 8)), 6) > 0
+
+
+def test_a_long_lived_engine_reads_the_calibration_of_an_index_rebuilt_in_place(
+    index_dir: Path, tmp_path: Path
+) -> None:
+    """A table written to and calibrated again after the engine opened: the engine that stayed
+    open promises what a fresh engine over the same index promises, byte for byte."""
+    copy = tmp_path / "index"
+    shutil.copytree(index_dir, copy)
+    long_lived = Engine.open(copy)
+    before = long_lived.generations()
+    table = lancedb.connect(str(copy / "lancedb")).open_table(TABLE)
+    table.delete(f"chunk_id = '{table.to_arrow().column('chunk_id')[0].as_py()}'")
+    fresh = LanceAdapter.open(copy)
+    write_calibration(fresh, copy / "lancedb")
+    after = Engine.open(copy)
+    now = after.generations()
+    assert now["lancedb"] != before["lancedb"]
+    assert any(c.calibration is not None for c in after.contracts_at(now))
+    assert long_lived.contracts_at(now) == after.contracts_at(now)
+    plan = load_plan("postfilter_heuristic.json")
+    assert long_lived.plan_sync(plan).model_dump_json() == after.plan_sync(plan).model_dump_json()
