@@ -128,6 +128,13 @@ class Adapter(ABC):
         """A gap this backend observed while answering ``request``."""
         return Gap(kind=kind, obligation=request.obligation, backend=self.backend, detail=detail, severity=severity)
 
+    def warm(self, modes: frozenset[str] | None = None) -> None:
+        """Do this backend's set-up for scans in ``modes`` (every mode if ``None``): library
+        imports, opens of tables and indexes, model weights, matrices. Blocking; the engine
+        calls it on a worker thread before a plan's clock starts, so that set-up is never
+        charged to a deadline. Idempotent; a failure here is left for the leg to report."""
+        return None
+
     def calibrations(self) -> tuple[str, tuple[Calibration, ...]] | None:
         """Recall measured on this backend's index for its approximate contracts, with the
         generation it was measured at; ``None`` where there is none."""

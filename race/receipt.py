@@ -167,7 +167,9 @@ class Operational(Record):
     """Timing, call and cache counts: excluded from the normalized bytes and their fingerprint."""
 
     wall_ms: CanonicalFloat = 0.0
-    """The run's wall time, in milliseconds."""
+    """The run's wall time, in milliseconds: the time the plan's deadline budgets."""
+    setup_ms: CanonicalFloat = 0.0
+    """Set-up done before the run's clock started (imports, opens, model weights, matrices)."""
     plan_cache: Literal["hit", "miss", "none"] = "none"
     """Whether the plan came from the plan cache."""
     receipt_cache: Literal["hit", "miss", "none"] = "none"

@@ -36,6 +36,15 @@ def backends_read(explain: Explain, adapters: Collection[str]) -> frozenset[str]
     return frozenset(name for name in adapters if name in read)
 
 
+def modes_read(explain: Explain, adapters: Collection[str]) -> dict[str, frozenset[str]]:
+    """The scan modes a run of ``explain`` asks of each backend it reads: what its set-up covers."""
+    modes: dict[str, set[str]] = {name: set() for name in backends_read(explain, adapters)}
+    for scan in scans(explain.physical):
+        if scan.request.backend in modes:
+            modes[scan.request.backend].add(scan.request.mode)
+    return {name: frozenset(found) for name, found in sorted(modes.items())}
+
+
 async def pin_snapshots(
     adapters: Mapping[str, Adapter],
     generations: Mapping[str, str],

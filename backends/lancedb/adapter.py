@@ -180,6 +180,14 @@ class LanceAdapter(LanceSnapshots):
             )
         return stats
 
+    def warm(self, modes: frozenset[str] | None = None) -> None:
+        # The table is open and its exact matrix mapped (``open``); what is left is the model:
+        # its weights loaded, hashed and checked against the ones the vectors were built with.
+        try:
+            self._embedder.identity  # noqa: B018 - the load is the point
+        except Exception:
+            return  # no model: every vector leg reports it as its gap
+
     # -- scans --------------------------------------------------------------------------------
 
     async def scan(self, request: ScanRequest) -> ScanResult:

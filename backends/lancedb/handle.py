@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 import orjson
 
-from backends.base import Adapter, Progress, load_contracts_beside
+from backends.base import Adapter, Progress, blocking, load_contracts_beside
 from backends.corpus import Corpus
 from backends.embedding import Embedder, EmbedderIdentity
 from backends.generated import read_contracts, schema_of
@@ -272,14 +272,22 @@ class LanceIndex(Adapter):
 
     # -- what only the table answers ----------------------------------------------------------
 
+    def warm(self, modes: frozenset[str] | None = None) -> None:
+        self.adapter().warm(modes)
+
+    async def _opened(self) -> LanceAdapter:
+        # Opening imports LanceDB and maps the exact matrix: seconds of CPU, never on the loop.
+        real = self._real
+        return real if real is not None else await blocking(self.adapter)
+
     async def scan(self, request: ScanRequest) -> ScanResult:
-        return await self.adapter().scan(request)
+        return await (await self._opened()).scan(request)
 
     def pinned(self, generation: str) -> Adapter:
         return self.adapter().pinned(generation)
 
     async def pin(self, generation: str) -> Adapter:
-        return await self.adapter().pin(generation)
+        return await (await self._opened()).pin(generation)
 
     def __getattr__(self, name: str) -> Any:
         # Anything else the adapter offers (its snapshot, LanceDB's plan, the kept query
