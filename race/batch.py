@@ -196,7 +196,7 @@ def line_result(item: PlanLine, outcome: Outcome) -> LineResult:
 
 async def run_line(engine: Engine, item: PlanLine, *, plans: str) -> LineResult:
     """One plan line's record; ``plans`` names the plans file in error messages."""
-    return line_result(item, await run_one(engine, item.text, where=f"{plans}:{item.line}"))
+    return line_result(item, await run_one(engine, item.text.encode(), where=f"{plans}:{item.line}"))
 
 
 def receipt_of(record: bytes | dict[str, Any]) -> Receipt | None:

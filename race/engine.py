@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
@@ -24,13 +24,17 @@ from race.instances import index_adapters, open_catalog
 from race.instances import known_contracts as known_contracts
 from race.instances import load_statistics as load_statistics
 from race.legs import UNKNOWN_GENERATION
+from race.portal import LoopThread
 from race.receipt import Operational, Receipt
 from race.retain import RunRecorder
 from race.roles import index_roles
+from race.search import KindName, StrategyName, WhereInput, plan_for_search
 from race.snapshots import backends_read, modes_read, pin_snapshots
-from rsc import Contract, GapKind, calibrated, most_specific
+from rsc import Contract, GapKind, InputError, calibrated, most_specific
 
-PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
+PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | os.PathLike[str]
+"""A plan: a ``LogicalPlan``, its dict, a path to its file (``str`` or ``PathLike``), or its JSON
+text as ``bytes``."""
 
 
 SETUP_TIMEOUT_S = 120.0
@@ -103,6 +107,9 @@ class Engine:
         self.plan_cache: PlanCache[Explain] = PlanCache()
         self.receipt_cache: PlanCache[Receipt] = PlanCache()
         self.result_cache = result_cache if result_cache is not None else ResultCache()
+        # The loop every *_sync call runs on; stopped by close(), or when the engine is collected.
+        self._portal = LoopThread()
+        weakref.finalize(self, self._portal.stop)
 
     def clear_receipt_cache(self) -> None:
         self.receipt_cache = PlanCache()
@@ -112,7 +119,7 @@ class Engine:
     @classmethod
     def open(
         cls,
-        index_dir: Path,
+        index_dir: str | os.PathLike[str],
         *,
         statistics: Statistics | None = None,
         cache_dir: Path | None = None,
@@ -123,6 +130,7 @@ class Engine:
     ) -> Engine:
         """The local backends of ``index_dir``, a ``race serve`` server's contracts for each base URL
         in ``remotes`` (backend ``remote``; one server), and the Milvus collection in ``milvus``."""
+        index_dir = Path(index_dir)
         adapters = index_adapters(index_dir, remotes=remotes, remote_timeout=remote_timeout, milvus=milvus)
         engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
@@ -131,14 +139,36 @@ class Engine:
         return engine
 
     @classmethod
-    def from_catalog(cls, catalog: Path, *, cache_dir: Path | None = None, **options: Any) -> Engine:
+    def from_catalog(cls, catalog: str | os.PathLike[str], *, cache_dir: Path | None = None, **options: Any) -> Engine:
         """The named instances of a catalog file, ``race.catalog/1`` (``race.instances.open_catalog``)."""
-        return cls(open_catalog(catalog), result_cache=ResultCache(directory=cache_dir), **options)
+        return cls(open_catalog(Path(catalog)), result_cache=ResultCache(directory=cache_dir), **options)
 
     async def aclose(self) -> None:
         """Close every instance's client (remote and Milvus connections): the engine is done."""
         for adapter in self.adapters.values():
             await adapter.aclose()
+
+    def close(self) -> None:
+        """``aclose`` from synchronous code, then stop the loop the ``*_sync`` calls ran on."""
+        try:
+            self._portal.call(self.aclose)
+        finally:
+            self._portal.stop()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.aclose()
+        finally:
+            self._portal.stop()
 
     @classmethod
     def bundled(cls, cache_dir: Path | None = None) -> Engine:
@@ -249,15 +279,18 @@ class Engine:
     def parse(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
         if isinstance(plan, LogicalPlan):
             return plan
-        if isinstance(plan, Path):
+        if isinstance(plan, str | os.PathLike):
             from rsc import PlanError
 
+            path = Path(plan)
+            if isinstance(plan, str) and plan.lstrip().startswith("{"):
+                raise PlanError("a str names a plan file; give JSON text as bytes (text.encode())", where=where)
             try:
-                data = plan.read_bytes()
+                data = path.read_bytes()
             except OSError as exc:
-                raise PlanError(f"cannot read: {exc.strerror}", where=str(plan)) from exc
-            return parse_plan(data, where=str(plan))
-        if isinstance(plan, str | bytes):
+                raise PlanError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+            return parse_plan(data, where=str(path))
+        if isinstance(plan, bytes):
             return parse_plan(plan, where=where)
         return plan_from_dict(dict(plan), where=where)
 
@@ -450,28 +483,68 @@ class Engine:
         )
         return replayed.model_copy(update={"operational": operational})
 
+    # -- one-line search --------------------------------------------------------------------
+
+    def plan_for_search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        where: WhereInput = None,
+        strategy: StrategyName | None = None,
+        kind: KindName = "seek_support",
+        index: str | None = None,
+    ) -> LogicalPlan:
+        """The one-obligation plan ``search`` runs (``race.search.plan_for_search``); ``index``
+        limits it to one backend or catalog instance's contracts."""
+        allow: tuple[str, ...] = ()
+        if index is not None:
+            adapter = self.adapters.get(index)
+            if adapter is None:
+                raise InputError(f"no backend or instance {index!r} (known: {', '.join(self.adapters)})", where="index")
+            allow = tuple(sorted({c.rsc_id for c in adapter.index_contracts()}))
+        found = plan_for_search(text, k=k, where=where, strategy=strategy, kind=kind, allow_contracts=allow)
+        return plan_from_dict(found, where="search")
+
+    async def search(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        where: WhereInput = None,
+        strategy: StrategyName | None = None,
+        kind: KindName = "seek_support",
+        index: str | None = None,
+    ) -> Receipt:
+        """Search ``text`` and return the receipt: ``run(plan_for_search(...))``."""
+        plan = self.plan_for_search(text, k=k, where=where, strategy=strategy, kind=kind, index=index)
+        return await self.run(plan, where="search")
+
+    def search_sync(
+        self,
+        text: str,
+        *,
+        k: int = 10,
+        where: WhereInput = None,
+        strategy: StrategyName | None = None,
+        kind: KindName = "seek_support",
+        index: str | None = None,
+    ) -> Receipt:
+        return self._portal.call(
+            lambda: self.search(text, k=k, where=where, strategy=strategy, kind=kind, index=index)
+        )
+
     # -- sync wrappers ---------------------------------------------------------------------
 
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
-        return _blocking(lambda: self.plan(plan, where=where))
+        return self._portal.call(lambda: self.plan(plan, where=where))
 
     def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        return _blocking(lambda: self.run(plan, where=where, retain=retain))
+        return self._portal.call(lambda: self.run(plan, where=where, retain=retain))
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
-        return _blocking(lambda: self.replay(receipt, retained))
+        return self._portal.call(lambda: self.replay(receipt, retained))
 
     def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
-        return _blocking(lambda: self.run_many(plans, concurrency=concurrency))
+        return self._portal.call(lambda: self.run_many(plans, concurrency=concurrency))
 
-
-def _blocking(call: Callable[[], Awaitable[_R]]) -> _R:
-    """``call`` run to completion from synchronous code. Inside a running event loop (a
-    notebook, an async web handler) ``anyio.run`` cannot nest, so the coroutine runs on a
-    private loop in a worker thread while the caller's thread waits."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return anyio.run(call)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-sync") as pool:
-        return pool.submit(anyio.run, call).result()

@@ -8,7 +8,7 @@ belongs to: its artifact digests include retrieval times.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -30,6 +30,10 @@ from rsc import (
     dumps_canonical,
     fingerprint_bytes,
 )
+
+if TYPE_CHECKING:
+    import pandas
+    import pyarrow
 
 RECEIPT_SCHEMA_VERSION = "race.receipt/1"
 
@@ -225,6 +229,25 @@ class Receipt(Record):
             for ob in self.obligations
             if ob.mandatory and ob.status is not ObligationStatus.SATISFIED and not (ob.gaps and not_needed(ob))
         )
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One dict per hit: the item's rank, status and fused score beside the hit's custody,
+        native score and backend rank (``race.rows``). The gaps are in ``self.gaps``."""
+        from race.rows import records
+
+        return records(self)
+
+    def to_arrow(self) -> pyarrow.Table:
+        """The hits as an Arrow table; its schema metadata carries the gaps and coverage."""
+        from race.rows import arrow
+
+        return arrow(self)
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The hits as a pandas DataFrame (pandas is optional); ``attrs`` carries the gaps."""
+        from race.rows import pandas_frame
+
+        return pandas_frame(self)
 
     def normalized(self) -> dict[str, Any]:
         data: dict[str, Any] = canonical_data(self, exclude=_NOT_NORMALIZED)

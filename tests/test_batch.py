@@ -48,7 +48,7 @@ def records(path: Path) -> list[dict[str, object]]:
 
 def test_run_many_equals_one_by_one_runs_and_keeps_failures_in_place(index_dir: Path, one_by_one: list[bytes]) -> None:
     engine = Engine.open(index_dir)
-    plans: list[object] = [*PLANS[:3], "not json", *PLANS[3:]]
+    plans: list[object] = [*PLANS[:3], b"not json", *PLANS[3:]]
     outcomes = engine.run_many_sync(plans, concurrency=4)  # type: ignore[arg-type]
     assert len(outcomes) == len(plans)
     failed = outcomes.pop(3)

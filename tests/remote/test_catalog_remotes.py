@@ -5,7 +5,6 @@ naming its instance, and the other leg stands."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def test_two_remote_instances_each_with_its_own_deadline(two_servers: tuple[Serv
             "obligations": [_obligation("e", "east.remote.bm25"), _obligation("w", "west.remote.bm25")],
             "operators": [{"id": "u", "op": "union", "inputs": ["e", "w"]}],
         }
-        receipt = engine.run_sync(json.dumps(plan))
+        receipt = engine.run_sync(plan)
         hits = [h for item in receipt.evidence for h in item.hits]
         assert hits and {h.custody.backend for h in hits} == {"east"}
         timeouts = [g for g in receipt.gaps if g.kind is GapKind.TIMEOUT]

@@ -1,0 +1,66 @@
+"""The event loop an engine's ``*_sync`` calls run on: one per engine, on a daemon thread.
+
+A synchronous call hands its coroutine to that loop and waits; the loop stays up between calls,
+so a cached receipt costs a thread hand-off, not an event loop's start and stop, and whatever an
+adapter keeps per loop (connections, pools) lives as long as the engine. It works the same from
+a thread that runs its own loop (a notebook, an async web handler): the caller's thread only
+waits. The loop stops when the engine closes or is collected, and never keeps a process alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+_R = TypeVar("_R")
+
+
+class LoopThread:
+    """An asyncio event loop running on its own daemon thread, started on first use."""
+
+    def __init__(self, name: str = "race-engine") -> None:
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def call(self, make: Callable[[], Awaitable[_R]]) -> _R:
+        """Run the coroutine ``make()`` returns on the loop and wait for its result. An interrupt
+        of the waiting thread (Ctrl-C) cancels the coroutine."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError("a *_sync call from the engine's own loop would wait for itself: await the call")
+        loop = self._started()
+
+        async def main() -> _R:
+            return await make()
+
+        future = asyncio.run_coroutine_threadsafe(main(), loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        """Stop the loop (safe from any thread, twice, or before it started)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if threading.current_thread() is not thread:
+            thread.join(timeout=5.0)
+            if not thread.is_alive():
+                loop.close()
