@@ -17,8 +17,9 @@ HEADING_ID = re.compile(r"^#{1,6} .*\{#([\w-]+)\}\s*$")
 
 
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict"]
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+        [*command, "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
         cwd=ROOT,
         capture_output=True,
         text=True,
