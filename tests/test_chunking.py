@@ -40,7 +40,7 @@ def _check_custody(chunk: Chunk, source: str) -> None:
 
 def test_the_repo_docs_lose_no_tokens_and_spans_match_the_files(counter: TokenCounter, tmp_path: Path) -> None:
     corpus_dir = tmp_path / "corpus"
-    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     for source in sources:
         target = corpus_dir / "repo" / source.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
