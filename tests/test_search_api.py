@@ -5,6 +5,8 @@ engine opens from a string, closes as a context manager, and its ``*_sync`` call
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -164,3 +166,16 @@ async def test_an_engine_is_an_async_context_manager(index_dir: Path) -> None:
     async with Engine.open(index_dir) as engine:
         receipt = await engine.search("broker memory", strategy="lexical", k=2)
     assert len(receipt.evidence) == 2
+
+
+def test_the_readme_search_example_runs_as_written(index_dir: Path, tmp_path: Path) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    tour = readme[readme.index("**3. Search from Python.**") :]
+    code = tour[tour.index("```python\n") + len("```python\n") : tour.index("```\n", tour.index("```python\n") + 10)]
+    assert "engine.search_sync(" in code and "to_pandas()" in code
+    (tmp_path / "notes-index").symlink_to(index_dir)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["rank", "source_path", "line_start", "line_end", "rsc", "score"]
+    assert len(lines) >= 5 and lines[-1].startswith("gaps: ")  # at least one row per item of k=3
