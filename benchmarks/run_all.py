@@ -22,6 +22,7 @@ BENCHMARKS = (
     ("benchmarks.bench_early_stop", ("early_stop",)),
     ("benchmarks.bench_startup", ()),
     ("benchmarks.bench_batch", ("batch",)),
+    ("benchmarks.bench_python_api", ()),
 )
 
 
