@@ -266,7 +266,8 @@ def test_scores_leave_out_the_runs_not_scored_whatever_the_reason() -> None:
         "a": {"q01": "resource_limited: plan deadline 10000 ms passed before the leg started", "q05": "cancelled: x"},
         "b": {"q05": "timeout: y", "q07": "timeout: z", "q99": "timeout: a query without judgments"},
     }
-    settings = {"measures": ("nDCG@10", "R@10"), "samples": 500, "seed": 3}
+    measures = ("nDCG@10", "R@10")
+    settings = {"measures": measures, "samples": 500, "seed": 3}
     report = score_runs(
         runs,
         relevant,
@@ -283,7 +284,7 @@ def test_scores_leave_out_the_runs_not_scored_whatever_the_reason() -> None:
     }
     for s in runs:
         kept = [q for q in relevant if q not in not_scored.get(s, {})]
-        for m in settings["measures"]:
+        for m in measures:
             values = np.array([every.per_query[q][s][m] for q in kept])
             iv = report.overall[s][m]
             assert iv is not None and iv.mean == pytest.approx(values.mean(), abs=1e-12)
