@@ -60,7 +60,10 @@ class _Grid:
         squares = np.einsum("...ij,...ij->...i" if axis == -1 else "...ij,...ij->...j", wide, wide)
         # |x| / step < bound - sqrt(depth), and rounding to integers adds at most sqrt(depth) / 2
         # to the norm; the other half absorbs the rounding of ``squares``.
-        target = np.sqrt(np.expand_dims(squares, axis)) / (_NORM_BOUND - math.sqrt(x.shape[axis]))
+        # Indexing, not np.expand_dims: the same view without its argument checks (0.1 ms a call).
+        target = np.sqrt(squares[..., None] if axis == -1 else squares[..., None, :]) / (
+            _NORM_BOUND - math.sqrt(x.shape[axis])
+        )
         _, exponent = np.frexp(target)  # target < 2**exponent (exponent 0 for a zero row)
         wide *= np.ldexp(1.0, -exponent)  # scaling by a power of two is exact
         return cls(np.rint(wide, out=wide), np.ldexp(1.0, exponent))
@@ -186,7 +189,9 @@ class _Bert:
         softmax weight is exactly zero; attending over each text's own tokens only is the
         same computation without the padding work.
         """
-        encodings = self.tokenizer.encode_batch(list(texts))
+        # One text (a query) is encoded on this thread: encode_batch hands even a single text
+        # to the tokenizer's thread pool, which costs more than the encoding (1.3 ms vs 0.06 ms).
+        encodings = [self.tokenizer.encode(texts[0])] if len(texts) == 1 else self.tokenizer.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
         ids = np.concatenate([np.asarray(e.ids, dtype=np.intp) for e in encodings])
@@ -195,9 +200,12 @@ class _Bert:
         flat = _layer_norm(self.word[ids] + self.position[positions] + self.token_type[types], *self.emb_norm, self.eps)
         for layer in self.layers:
             qkv = layer.qkv(flat)
-            context = np.empty_like(flat)
-            for start, end in itertools.pairwise(offsets):
-                context[start:end] = self._attend(qkv[start:end])
+            if len(lengths) == 1:
+                context = self._attend(qkv)
+            else:
+                context = np.empty_like(flat)
+                for start, end in itertools.pairwise(offsets):
+                    context[start:end] = self._attend(qkv[start:end])
             flat = _layer_norm(layer.attn_out(context) + flat, *layer.attn_norm, self.eps)
             inner = _gelu(layer.intermediate(flat))
             flat = _layer_norm(layer.output(inner) + flat, *layer.out_norm, self.eps)

@@ -5,13 +5,35 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from race.eval_stats import EvalReport
+from race.eval_stats import EvalReport, Interval
 
 _LABELS = {"nDCG@10": "nDCG@10", "R@10": "Recall@10", "RR": "MRR", "P@5": "P@5"}
 
 
 def _label(measure: str) -> str:
     return _LABELS.get(measure, measure)
+
+
+NOT_MEASURED = "not measured"
+"""The cell of a strategy none of whose runs was scored: no number, and never 0."""
+
+
+def _scored(report: EvalReport, strategy: str) -> tuple[str, str]:
+    """The headline's ``scored`` and ``not scored`` cells of ``strategy``."""
+    counts = report.scored.get(strategy)
+    if counts is None:  # a report from before runs were told apart: every query was scored
+        return f"{report.queries}", "0"
+    why = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.not_scored.items()))
+    return f"{counts.scored}", f"{sum(counts.not_scored.values())} ({why})" if why else "0"
+
+
+def _interval(iv: Interval | None) -> str:
+    return NOT_MEASURED if iv is None else f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+
+
+def _best(values: list[float | None]) -> float | None:
+    measured = [v for v in values if v is not None]
+    return max(measured) if measured else None
 
 
 def markdown(report: EvalReport, *, title: str = "Retrieval quality", orders: int = 15) -> str:
@@ -24,17 +46,26 @@ def markdown(report: EvalReport, *, title: str = "Retrieval quality", orders: in
         f"measures by ir-measures; 95 % bootstrap intervals over queries ({s.get('samples')} resamples, "
         f"seed {s.get('seed')}); paired two-sided randomization tests.",
         "",
-        "| strategy | " + " | ".join(_label(m) for m in measures) + " |",
-        "|---|" + "---|" * len(measures),
+        "| strategy | scored | not scored | " + " | ".join(_label(m) for m in measures) + " |",
+        "|---|---:|---|" + "---|" * len(measures),
     ]
-    best = {m: max(report.overall[st][m].mean for st in report.strategies) for m in measures}
+    best = {
+        m: _best([iv.mean if (iv := report.overall[st][m]) else None for st in report.strategies]) for m in measures
+    }
     for st in report.strategies:
-        cells = []
+        cells = list(_scored(report, st))
         for m in measures:
             iv = report.overall[st][m]
-            text = f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
-            cells.append(f"**{text}**" if iv.mean == best[m] else text)
+            text = _interval(iv)
+            cells.append(f"**{text}**" if iv is not None and iv.mean == best[m] else text)
         out.append(f"| {st} | " + " | ".join(cells) + " |")
+    if report.not_scored:
+        out += [
+            "",
+            "Means are over the scored queries only: a run that did not search (a leg timed out or was "
+            "cancelled, or a bound was met before the answer) is no measure of its strategy, "
+            "neither a miss nor a hit.",
+        ]
     head = measures[0] if measures else ""
     out += [
         "",
@@ -44,12 +75,12 @@ def markdown(report: EvalReport, *, title: str = "Retrieval quality", orders: in
         "|---|" + "---:|" * len(report.strategies) + "---|",
     ]
     for cat, scores in sorted(report.by_category.items()):
-        top = max(scores[st][head] for st in report.strategies)
+        top = _best([scores[st][head] for st in report.strategies])
         cells = [
-            f"**{scores[st][head]:.3f}**" if scores[st][head] == top else f"{scores[st][head]:.3f}"
+            NOT_MEASURED if (v := scores[st][head]) is None else (f"**{v:.3f}**" if v == top else f"{v:.3f}")
             for st in report.strategies
         ]
-        winners = ", ".join(st for st in report.strategies if scores[st][head] == top)
+        winners = ", ".join(st for st in report.strategies if top is not None and scores[st][head] == top)
         out.append(f"| {cat} | " + " | ".join(cells) + f" | {winners} |")
     out += [
         "",
@@ -108,12 +139,15 @@ def plot(report: EvalReport, path: Path) -> None:
     width = 0.8 / max(1, len(report.strategies))
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
     for i, st in enumerate(report.strategies):
+        # A group the strategy has no scored query in gets no bar (not a bar of height 0).
         values = [report.by_category[g][st][head] for g in groups[:-1]]
         iv = report.overall[st][head]
-        values.append(iv.mean)
+        values.append(None if iv is None else iv.mean)
         xs = [x + i * width for x in range(len(groups))]
-        ax.bar(xs, values, width, label=st)
-        ax.errorbar([xs[-1]], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="none", ecolor="black")
+        drawn = [(x, v) for x, v in zip(xs, values, strict=True) if v is not None]
+        ax.bar([x for x, _ in drawn], [v for _, v in drawn], width, label=st)
+        if iv is not None:
+            ax.errorbar([xs[-1]], [iv.mean], yerr=[[iv.mean - iv.low], [iv.high - iv.mean]], fmt="none", ecolor="black")
     ax.set_xticks([x + width * (len(report.strategies) - 1) / 2 for x in range(len(groups))], groups)
     ax.set_ylabel(_label(head))
     ax.set_ylim(0, 1.05)

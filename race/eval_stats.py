@@ -5,12 +5,18 @@ Measures are computed by ir-measures (its pytrec_eval provider), never by hand h
 statistics resample the per-query values it returns. A query no strategy answered scores 0.
 Bootstraps draw the same query indices for every strategy (the comparison is paired), from
 a seeded generator, so the report is the same on every run.
+
+A run that did not search (``not_scored``: a timeout, a cancellation, a bound met before the
+answer) is no measure of its strategy: it is left out of that strategy's means, intervals and
+paired tests rather than counted as 0, and counted with its reason. A strategy none of whose
+runs was scored has no mean (``None``), never 0.
 """
 
 from __future__ import annotations
 
 import importlib
 import itertools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -56,18 +62,31 @@ class PairedTest(Record):
     ties: int
 
 
+class Scored(Record):
+    """How many of a strategy's queries were scored, and why the others were not."""
+
+    scored: int
+    not_scored: dict[str, int] = Field(default_factory=dict)
+    """Gap kind (``timeout``, ``cancelled``, ``resource_limited``) -> queries."""
+
+
 class EvalReport(Record):
     schema_version: str = EVAL_SCHEMA_VERSION
     settings: dict[str, Any]
     generations: dict[str, str] = Field(default_factory=dict)
     queries: int
     strategies: tuple[str, ...]
-    overall: dict[str, dict[str, Interval]]
-    """strategy -> measure -> mean with its 95 % bootstrap interval."""
-    by_category: dict[str, dict[str, dict[str, CanonicalFloat]]]
-    """category -> strategy -> measure -> mean."""
+    overall: dict[str, dict[str, Interval | None]]
+    """strategy -> measure -> mean over its scored queries with its 95 % bootstrap interval;
+    None (not measured) where none was scored."""
+    by_category: dict[str, dict[str, dict[str, CanonicalFloat | None]]]
+    """category -> strategy -> measure -> mean over the scored queries, or None."""
     per_query: dict[str, dict[str, dict[str, CanonicalFloat]]]
-    """query -> strategy -> measure -> value."""
+    """query -> strategy -> measure -> value; a strategy whose run was not scored is absent."""
+    scored: dict[str, Scored] = Field(default_factory=dict)
+    """strategy -> how many queries were scored and why the others were not."""
+    not_scored: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """strategy -> query -> why its run was not scored (``kind: detail`` of the gap)."""
     paired: tuple[PairedTest, ...]
     work_orders: tuple[WorkOrder, ...]
 
@@ -98,10 +117,19 @@ def per_query_scores(
     return out
 
 
-def bootstrap(values: np.ndarray[Any, Any], indices: np.ndarray[Any, Any]) -> Interval:
-    means = values[indices].mean(axis=1)
+def bootstrap(
+    values: np.ndarray[Any, Any], indices: np.ndarray[Any, Any], scored: np.ndarray[Any, Any]
+) -> Interval | None:
+    """The mean of ``values`` over the ``scored`` queries, with the percentile interval of the
+    resampled means (each resample's mean over the scored queries it drew; a resample that drew
+    none has no mean and is left out). None when no query is scored."""
+    if not scored.any():
+        return None
+    kept = np.where(scored, values, 0.0)
+    drawn = scored[indices].sum(axis=1)
+    means = kept[indices].sum(axis=1)[drawn > 0] / drawn[drawn > 0]
     low, high = np.percentile(means, [2.5, 97.5])
-    return Interval(mean=float(values.mean()), low=float(low), high=float(high))
+    return Interval(mean=float(values[scored].mean()), low=float(low), high=float(high))
 
 
 def paired_test(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], signs: np.ndarray[Any, Any]) -> float:
@@ -119,38 +147,56 @@ def score_runs(
     *,
     settings: Mapping[str, Any],
     generations: Mapping[str, str] | None = None,
+    not_scored: Mapping[str, Mapping[str, str]] | None = None,
 ) -> EvalReport:
+    """Score every strategy's runs; ``not_scored`` (strategy -> query -> reason) names the runs
+    that did not search, which are left out of that strategy's figures."""
     measures = tuple(settings.get("measures", MEASURES))
     queries = sorted(relevant)
     strategies = tuple(runs)
     scores = {s: per_query_scores(runs[s], relevant, measures) for s in strategies}
+    skipped = {s: {q: r for q, r in sorted((not_scored or {}).get(s, {}).items()) if q in relevant} for s in strategies}
+    mask = {s: np.array([q not in skipped[s] for q in queries], dtype=bool) for s in strategies}
     rng = np.random.default_rng(int(settings.get("seed", 7)))
     samples = int(settings.get("samples", 2000))
     indices = rng.integers(0, len(queries), size=(samples, len(queries)))
     signs = rng.choice(np.array([-1.0, 1.0]), size=(samples * 5, len(queries)))
     matrix = {s: {m: np.array([scores[s][q][m] for q in queries]) for m in measures} for s in strategies}
-    overall = {s: {m: bootstrap(matrix[s][m], indices) for m in measures} for s in strategies}
-    by_category: dict[str, dict[str, dict[str, float]]] = {}
+    overall = {s: {m: bootstrap(matrix[s][m], indices, mask[s]) for m in measures} for s in strategies}
+    by_category: dict[str, dict[str, dict[str, float | None]]] = {}
     for cat in sorted({categories.get(q, "") for q in queries}):
-        members = [i for i, q in enumerate(queries) if categories.get(q, "") == cat]
-        by_category[cat or "all"] = {s: {m: float(matrix[s][m][members].mean()) for m in measures} for s in strategies}
+        member = np.array([categories.get(q, "") == cat for q in queries], dtype=bool)
+        by_category[cat or "all"] = {
+            s: {m: float(matrix[s][m][member & mask[s]].mean()) if (member & mask[s]).any() else None for m in measures}
+            for s in strategies
+        }
     paired = []
     for a, b in itertools.combinations(strategies, 2):
+        both = mask[a] & mask[b]
+        if not both.any():
+            continue  # no query measures both: nothing to compare
         for m in measures:
-            x, y = matrix[a][m], matrix[b][m]
+            x, y = matrix[a][m][both], matrix[b][m][both]
             paired.append(
                 PairedTest(
                     a=a,
                     b=b,
                     measure=m,
                     mean_difference=float((x - y).mean()),
-                    p_value=paired_test(x, y, signs),
+                    p_value=paired_test(x, y, signs[:, both]),
                     wins=int(np.count_nonzero(x > y + 1e-12)),
                     losses=int(np.count_nonzero(y > x + 1e-12)),
                     ties=int(np.count_nonzero(np.abs(x - y) <= 1e-12)),
                 )
             )
-    per_query = {q: {s: dict(scores[s][q]) for s in strategies} for q in queries}
+    per_query = {q: {s: dict(scores[s][q]) for s in strategies if q not in skipped[s]} for q in queries}
+    counted = {
+        s: Scored(
+            scored=int(mask[s].sum()),
+            not_scored=dict(sorted(Counter(r.split(":", 1)[0] for r in skipped[s].values()).items())),
+        )
+        for s in strategies
+    }
     return EvalReport(
         settings=dict(settings),
         generations=dict(generations or {}),
@@ -161,4 +207,6 @@ def score_runs(
         per_query=per_query,
         paired=tuple(paired),
         work_orders=tuple(orders),
+        scored=counted,
+        not_scored={s: skipped[s] for s in strategies if skipped[s]},
     )

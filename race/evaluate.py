@@ -13,6 +13,10 @@ ranked in each leg (a full-depth lexical and dense probe of the same query, and 
 lookup) and what lost it: ``gap`` (the obligation was not satisfied, or a shortfall gap),
 ``filter`` (a hard filter of the query excludes the document), ``truncation`` (the strategy
 returned it, below the cutoff) or ``ranking`` (the strategy did not return it at all).
+
+A run whose scored obligation did not search — a ``timeout``, ``cancelled`` or
+``resource_limited`` shortfall gap — is not scored: it leaves that strategy's means (it is
+neither a miss nor a hit) and is counted as not scored with its reason.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError
 
 from race.eval_stats import MEASURES, EvalReport, WorkOrder, score_runs
-from rsc import InputError, Record
+from rsc import GapKind, GapSeverity, InputError, Record
 
 if TYPE_CHECKING:
     from race.engine import Engine
@@ -69,6 +73,13 @@ class Ranking(Record):
     status: str
     shortfalls: tuple[str, ...] = ()
     metadata: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    not_scored: str | None = None
+    """Why the run is no measure of the strategy (``kind: detail`` of the gap), or None."""
+
+
+NOT_SEARCHED = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.RESOURCE_LIMITED})
+"""Shortfall gaps after which a ranking says what the deadline or a bound left, not what the
+strategy finds: such a run is not scored."""
 
 
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
@@ -148,7 +159,9 @@ def strategy_plan(query: EvalQuery, strategy: str, *, k: int) -> dict[str, Any]:
     }
 
 
-def ranking(receipt: Receipt) -> Ranking:
+def ranking(receipt: Receipt, *, root: str | None = None) -> Ranking:
+    """The receipt's evidence as documents in rank order; ``root`` names the obligation
+    scored (where the plan's root is an operator, every obligation's gaps count)."""
     docs: list[str] = []
     metadata: dict[str, dict[str, Any]] = {}
     for item in sorted(receipt.evidence, key=lambda e: e.rank):
@@ -158,7 +171,15 @@ def ranking(receipt: Receipt) -> Ranking:
             metadata[hit.doc_id] = dict(hit.metadata)
     shortfalls = sorted({g.kind.value for o in receipt.obligations for g in o.gaps if g.severity.value == "shortfall"})
     statuses = sorted({o.status.value for o in receipt.obligations})
-    return Ranking(docs=tuple(docs), status=",".join(statuses), shortfalls=tuple(shortfalls), metadata=metadata)
+    scored = [o for o in receipt.obligations if o.id == root] or list(receipt.obligations)
+    stopped = [g for o in scored for g in o.gaps if g.kind in NOT_SEARCHED and g.severity is GapSeverity.SHORTFALL]
+    return Ranking(
+        docs=tuple(docs),
+        status=",".join(statuses),
+        shortfalls=tuple(shortfalls),
+        metadata=metadata,
+        not_scored=f"{stopped[0].kind.value}: {stopped[0].detail}" if stopped else None,
+    )
 
 
 def _passes(filters: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any]) -> bool:
@@ -249,9 +270,10 @@ async def evaluate(
     runs: dict[str, dict[str, Ranking]] = {}
     for strategy in strategies:
         for q in queries:
-            runs.setdefault(strategy, {})[q.id] = ranking(await engine.run(strategy_plan(q, strategy, k=k)))
+            runs.setdefault(strategy, {})[q.id] = ranking(await engine.run(strategy_plan(q, strategy, k=k)), root="q")
     for p in plans:
-        runs.setdefault(p.strategy, {})[p.query] = ranking(await engine.run(p.plan, where=f"plan {p.query}"))
+        receipt = await engine.run(p.plan, where=f"plan {p.query}")
+        runs.setdefault(p.strategy, {})[p.query] = ranking(receipt, root=str(p.plan.get("root", "")))
     legs: dict[str, dict[str, Ranking]] = {}
     for q in queries:
         legs[q.id] = {
@@ -269,11 +291,16 @@ async def evaluate(
     ]
     categories = {q.id: q.category for q in queries}
     doc_runs = {s: {qid: r.docs for qid, r in answers.items()} for s, answers in runs.items()}
+    not_scored = {
+        s: {qid: r.not_scored for qid, r in sorted(answers.items()) if r.not_scored is not None}
+        for s, answers in runs.items()
+    }
     return score_runs(
         doc_runs,
         relevant,
         categories,
         orders,
+        not_scored=not_scored,
         settings={
             "k": k,
             "deep_k": deep_k,
