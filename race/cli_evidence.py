@@ -57,6 +57,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from race.engine import Engine
     from race.eval_report import markdown, plot
     from race.evaluate import STRATEGIES, load_judgments, load_plans, load_queries
+    from race.extras import require
+
+    # What the command needs is checked before anything runs or is written.
+    require("ir_measures", feature="race eval", where="race eval")
+    if args.out:
+        require("matplotlib", feature="race eval --out (its plot)", where="--out")
 
     queries = load_queries(Path(args.queries))
     judgments = load_judgments(Path(args.qrels))

@@ -36,11 +36,9 @@ _QUEUED_PER_ACTOR = 2
 def connect(address: str) -> bool:
     """Join the Ray cluster at ``address`` (``local`` starts one on this machine; ``auto`` finds
     a running one). True when this call started Ray, and so should shut it down."""
-    try:
-        import ray
-    except ImportError as exc:
-        message = "Ray is not installed; install the extra: pip install 'race-engine[ray]'"
-        raise InputError(message, where="--ray") from exc
+    from race.extras import require
+
+    ray = require("ray", feature="--ray", where="--ray")
     if ray.is_initialized():
         return False
     try:

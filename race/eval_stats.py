@@ -14,7 +14,6 @@ runs was scored has no mean (``None``), never 0.
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from rsc import CanonicalFloat, RaceError, Record
+from rsc import CanonicalFloat, Record
 
 EVAL_SCHEMA_VERSION = "race.eval/1"
 MEASURES = ("nDCG@10", "R@10", "RR", "P@5")
@@ -92,13 +91,9 @@ class EvalReport(Record):
 
 
 def _ir_measures() -> Any:
-    try:
-        return importlib.import_module("ir_measures")
-    except ImportError as exc:
-        raise RaceError(
-            "race eval needs ir-measures (and matplotlib for its plot): pip install 'race-engine[dev]'",
-            where="race eval",
-        ) from exc
+    from race.extras import require
+
+    return require("ir_measures", feature="race eval", where="race eval")
 
 
 def per_query_scores(

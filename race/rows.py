@@ -110,10 +110,9 @@ def arrow(receipt: Receipt) -> pyarrow.Table:
 def pandas_frame(receipt: Receipt) -> pandas.DataFrame:
     """The rows as a pandas DataFrame (``pip install 'race-engine[pandas]'``); ``frame.attrs``
     holds ``gaps``, ``coverage``, ``obligations`` and ``evidence_fingerprint``."""
-    try:
-        import pandas as pd
-    except ImportError as exc:
-        raise ImportError("to_pandas needs pandas: pip install 'race-engine[pandas]'") from exc
+    from race.extras import require
+
+    pd = require("pandas", feature="Receipt.to_pandas()", where="to_pandas")
     frame = pd.DataFrame.from_records(records(receipt), columns=[name for name, _ in COLUMNS])
     frame.attrs.update(beside(receipt))
     return frame
