@@ -424,6 +424,10 @@ class LanceIndex(Adapter):
         # Mapping a matrix that warm did not map, or checking the table out: off the loop.
         return await blocking(self.pinned, generation)
 
+    def forget_query_vectors(self) -> None:
+        """Drop the kept query vectors (the real adapter's are these), without opening the table."""
+        self._vectors().clear()
+
     @property
     def identity(self) -> str:
         if self._held is not None:
