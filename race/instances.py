@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, Adapter]:
     """Remote adapters by backend name. Every remote contract names the one backend ``remote``,
     so an engine reaches at most one server."""
+    if not urls:
+        return {}  # without importing the HTTP client
     from backends.remote import RemoteAdapter
     from rsc import InputError
 

@@ -29,22 +29,26 @@ import base64
 import datetime as dt
 import hashlib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 import anyio
 import anyio.to_thread
 
 from backends import Adapter
-from backends.remote import Exchange, RemoteAdapter
+from backends.remote.decode import Exchange
 from planner import Explain, LogicalPlan, scans
 from race.executor import Lineage
 from race.legs import LegRecord
 from race.receipt import Lineage as ReceiptLineage
 from race.receipt import Receipt
 from rsc import BackendStatistics, Contract, InputError, ScanRequest, ScanResult, canonical_json, fingerprint
+
+if TYPE_CHECKING:
+    from backends.remote import RemoteAdapter
 
 ARTIFACT_SCHEMA_VERSION = "race.artifact/1"
 ARTIFACTS = "artifacts"
@@ -74,6 +78,13 @@ def decode_body(response: Mapping[str, Any]) -> bytes:
     if response["body_encoding"] == "base64":
         return base64.b64decode(str(response["body"]), validate=True)
     return str(response["body"]).encode("utf-8")
+
+
+def _is_remote(adapter: Adapter | None) -> TypeGuard[RemoteAdapter]:
+    """Whether ``adapter`` is a remote one. None exists unless its module was imported, so a run
+    over local backends never imports the HTTP client to ask."""
+    module = sys.modules.get("backends.remote.adapter")
+    return module is not None and isinstance(adapter, module.RemoteAdapter)
 
 
 def exchange_response(exchange: Exchange) -> dict[str, Any]:
@@ -184,9 +195,9 @@ class RecordingAdapter(Delegate):
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         retrieved_at = utc_now()
-        transport: Literal["http", "local"] = "http" if isinstance(self.live, RemoteAdapter) else "local"
+        transport: Literal["http", "local"] = "http" if _is_remote(self.live) else "local"
         try:
-            if isinstance(self.live, RemoteAdapter):
+            if _is_remote(self.live):
                 exchange = await self.live.fetch(request)
             else:
                 result = await self.live.scan(request)
@@ -199,7 +210,7 @@ class RecordingAdapter(Delegate):
             # The executor's deadline; whether it was the leg's or the plan's is known after the run.
             self.recorder.add(LegResponse(request, transport, retrieved_at, "deadline"))
             raise
-        if isinstance(self.live, RemoteAdapter):
+        if _is_remote(self.live):
             self.recorder.add(LegResponse(request, transport, retrieved_at, "response", exchange_response(exchange)))
             return self.live.decode(request, exchange)
         body = result.model_dump_json().encode("utf-8")
@@ -249,7 +260,7 @@ class RunRecorder:
         if self.retain is not None and self.retain.exists() and not self.retain.is_dir():
             raise InputError("exists and is not a directory; cannot retain artifacts there", where=str(self.retain))
         self.adapters = {
-            name: RecordingAdapter(a, self) if self.retain is not None or isinstance(a, RemoteAdapter) else a
+            name: RecordingAdapter(a, self) if self.retain is not None or _is_remote(a) else a
             for name, a in self.adapters.items()
         }
         if self.retain is not None and self.relations is not None:
@@ -258,7 +269,7 @@ class RunRecorder:
     def _transport(self, backend: str) -> Literal["http", "local"]:
         adapter = self.adapters.get(backend)
         live = adapter.live if isinstance(adapter, RecordingAdapter) else adapter
-        return "http" if isinstance(live, RemoteAdapter) else "local"
+        return "http" if _is_remote(live) else "local"
 
     def add(self, response: LegResponse) -> None:
         self.responses.append(response)

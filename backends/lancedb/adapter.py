@@ -35,18 +35,18 @@ import pyarrow as pa
 from backends.base import (
     Progress,
     blocking,
-    custody_hits,
     load_contracts_beside,
 )
 from backends.corpus import Corpus
 from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
-from backends.lancedb.build import _CHUNK_COLUMNS, build_table
+from backends.lancedb.build import build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
-from backends.lancedb.handle import read_lance_manifest, write_facts
-from backends.lancedb.matrix_store import MatrixStore
+from backends.lancedb.handle import QUERY_VECTORS, read_lance_manifest, write_facts
+from backends.lancedb.matrix_store import MatrixStore, exact_result, lance_hits, truncation_gaps
 from backends.lancedb.query import (
+    _CHUNK_COLUMNS,
     MODE_ANN_POSTFILTER,
     MODE_FLAT,
     MODES,
@@ -69,7 +69,6 @@ from rsc import (
     Hit,
     ScanRequest,
     ScanResult,
-    ScoreKind,
     fingerprint,
 )
 
@@ -77,8 +76,6 @@ _COUNTED_TYPES: Final = frozenset(
     {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
 )
 """Types whose value counts ``statistics()`` reports; ``doc_id`` is left out as unbounded."""
-_QUERY_VECTORS = 256
-"""Query vectors kept per adapter: sorted and random access for one query embed it once."""
 
 
 class LanceAdapter(LanceSnapshots):
@@ -105,7 +102,7 @@ class LanceAdapter(LanceSnapshots):
         self._pin: Snapshot | None = None
         # The corpus revision race.json records, by the (inode, mtime, size) it was read at.
         self._revision: tuple[tuple[int, int, int], str] | None = None
-        self._queries = QueryVectors(embedder, _QUERY_VECTORS)
+        self._queries = QueryVectors(embedder, QUERY_VECTORS)
         self._exact = MatrixStore(path / EXACT_DIR, self._versions_dir)
 
     # -- contract, build, open --------------------------------------------------------------
@@ -233,6 +230,17 @@ class LanceAdapter(LanceSnapshots):
             if request.mode == MODE_EXACT
             else None
         )
+        if exact is not None and not after:
+            # The handle answers these from the matrix files alone, through the same function.
+            return exact_result(
+                self,
+                request,
+                exact,
+                generation=generation,
+                identity=self.identity,
+                truncated=self._truncated,
+                embedded=embedded,
+            )
         try:
             if exact is not None:
                 found = exact.rows
@@ -307,41 +315,11 @@ class LanceAdapter(LanceSnapshots):
         return read_calibration(self._path)
 
     def _truncation_gaps(self, request: ScanRequest, hits: Sequence[Hit]) -> list[Gap]:
-        """A ``truncated_text`` gap for every document among the hits with text past the model's
-        window: this search could not see into that text (SPEC §7)."""
-        gaps = []
-        for doc in sorted({h.doc_id for h in hits} & set(self._truncated)):
-            cut = self._truncated[doc]
-            detail = ", ".join(f"{chunk}: {n} tokens" for chunk, n in sorted(cut.items()))
-            gaps.append(
-                self.gap(
-                    request,
-                    GapKind.TRUNCATED_TEXT,
-                    f"document {doc}: {sum(cut.values())} tokens were never embedded ({detail}); "
-                    f"the vector index cannot find what they say",
-                )
-            )
-        return gaps
+        return truncation_gaps(self, request, hits, self._truncated)
 
     def forget_query_vectors(self) -> None:
         """Drop the kept query vectors (benchmarks compare cold embedding against a peer)."""
         self._queries.clear()
 
     def _hits(self, request: ScanRequest, rows: list[dict[str, Any]], generation: str) -> tuple[Hit, ...]:
-        chunks = []
-        for row in rows:
-            chunk = {name: row[name] for name in _CHUNK_COLUMNS if name != "metadata_json"}
-            chunk["metadata"] = orjson.loads(row["metadata_json"])
-            chunks.append((chunk, float(row["_distance"])))
-        corpus_revision = str(rows[0]["corpus_revision"]) if rows else ""
-        return tuple(
-            custody_hits(
-                request=request,
-                contract_ref=f"{request.rsc_id}@{request.rsc_version}",
-                rows=chunks,
-                score_kind=ScoreKind.COSINE_DISTANCE,
-                index_identity=self.identity,
-                generation=generation,
-                corpus_revision=corpus_revision,
-            )
-        )
+        return lance_hits(request, rows, generation=generation, identity=self.identity)

@@ -26,6 +26,8 @@ from backends.generated import schema_json
 from backends.lancedb.exact import EXACT_DIR
 from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import (
+    _CHUNK_COLUMNS,
+    _CHUNK_FIELDS,
     ANN_MIN_NPROBES,
     ANN_PROBE_SHARE,
     IDENTITY_FIELDS,
@@ -55,23 +57,6 @@ def _scalar_index(kind: FieldType | None) -> BTree | Bitmap | LabelList:
     if kind is None or kind in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
         return BTree()
     return LabelList() if kind is FieldType.KEYWORDS else Bitmap()
-
-
-_CHUNK_FIELDS: Final = (
-    "chunk_id",
-    "doc_id",
-    "title",
-    "section",
-    "text",
-    "source_path",
-    "line_start",
-    "line_end",
-    "char_start",
-    "char_end",
-    "source_hash",
-)
-"""The ``Chunk`` fields stored one column each; custody is rebuilt from them."""
-_CHUNK_COLUMNS: Final = (*_CHUNK_FIELDS, "corpus_revision", "metadata_json")
 
 
 def ann_partitions(rows: int) -> int:

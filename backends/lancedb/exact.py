@@ -63,12 +63,12 @@ from backends.lancedb.matrix import cluster_field as cluster_field
 from backends.lancedb.matrix import manifest_digest as manifest_digest
 from backends.lancedb.matrix import row_norms as row_norms
 from backends.lancedb.matrix import write_matrix as write_matrix
+from backends.lancedb.query import EXACT_DIR as EXACT_DIR
+from backends.lancedb.query import MODE_EXACT as MODE_EXACT
 from backends.lancedb.scoring import Space, scores_of
 from backends.lancedb.selection import Selection, choose
 from rsc import BackendUnavailable, Filter
 
-MODE_EXACT: Final = "vector_exact_matrix"
-EXACT_DIR: Final = "exact"
 _WHERE: Final = "lancedb.exact"
 
 _MODERATE: Final = 2.0**16
@@ -283,5 +283,9 @@ class ExactMatrix:
         with its ``_distance``."""
         if len(ranking.positions) == 0:
             return []
-        found = self.table.select(list(columns)).take(pa.array(ranking.positions)).to_pylist()
+        # From the positions' own buffer: ``pa.array`` of anything would import pandas to ask
+        # whether it is a DataFrame (0.5 s of a cold run).
+        positions = np.ascontiguousarray(ranking.positions, dtype=np.int64)
+        indices = pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
+        found = self.table.select(list(columns)).take(indices).to_pylist()
         return [{**row, "_distance": d} for row, d in zip(found, ranking.distances.tolist(), strict=True)]

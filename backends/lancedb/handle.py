@@ -18,6 +18,7 @@ once; see ``LanceSnapshots.generation``).
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from pathlib import Path
@@ -27,10 +28,12 @@ import orjson
 
 from backends.base import Adapter, Progress, blocking, load_contracts_beside
 from backends.corpus import Corpus
-from backends.embedding import Embedder, EmbedderIdentity
+from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import read_contracts, schema_of
+from backends.lancedb.query import _CHUNK_COLUMNS, EXACT_DIR, MODE_EXACT, _fast, _split_filters, filter_sql
 from rsc import (
     BackendStatistics,
+    BackendUnavailable,
     Calibration,
     Contract,
     IndexMissingError,
@@ -43,6 +46,8 @@ from rsc.canonical import read_json
 
 if TYPE_CHECKING:
     from backends.lancedb.adapter import LanceAdapter
+    from backends.lancedb.exact import ExactMatrix
+    from backends.lancedb.matrix_store import MatrixStore
 
 TABLE: Final = "chunks"
 """The LanceDB table of chunk embeddings."""
@@ -50,6 +55,8 @@ MANIFEST: Final = "race.json"
 """RACE's own manifest of the table: corpus revision, schema, embedder, ANN settings."""
 FACTS: Final = "snapshot.json"
 """Row counts and statistics of one table version, by the digest of its manifest."""
+QUERY_VECTORS: Final = 256
+"""Query vectors kept per index: sorted and random access for one query embed it once."""
 
 _U64_MAX: Final = 2**64 - 1
 
@@ -151,6 +158,16 @@ class LanceIndex(Adapter):
         self._facts: tuple[tuple[int, int, int], dict[str, Any]] | None = None
         # The _versions/ stamp and manifest digest last found to agree.
         self._checked: tuple[tuple[int, int, int], str] | None = None
+        # The exact matrices and the query vectors, shared with the real adapter once it opens.
+        self._store: MatrixStore | None = None
+        self._built: BuiltWith | None = None
+        self._queries: QueryVectors | None = None
+        # Of a handle pinned to the latest snapshot (``pinned``): its generation, table version,
+        # corpus revision and facts, its matrix (if one was written), the handle it was pinned
+        # from, and the real adapter pinned likewise (opened for a leg the matrix cannot answer).
+        self._held: tuple[str, int, str, dict[str, Any], ExactMatrix | None] | None = None
+        self._origin: LanceIndex | None = None
+        self._held_real: Adapter | None = None
 
     # -- contract, build, open ----------------------------------------------------------------
 
@@ -174,27 +191,59 @@ class LanceIndex(Adapter):
         return handle
 
     def adapter(self) -> LanceAdapter:
-        """The real adapter over the table, opened once (with the exact matrix of its latest version)."""
+        """The real adapter over the table, opened once (with the exact matrix of its latest
+        version); it embeds queries through this handle's model and kept query vectors."""
+        if self._origin is not None:
+            return self._origin.adapter()
         real = self._real
         if real is None:
+            queries = self._vectors()
             with self._lock:
                 real = self._real
                 if real is None:
                     from backends.lancedb.adapter import LanceAdapter
 
                     real = LanceAdapter.open(self._path.parent, embedder=self._embedder)
+                    real._queries = queries
                     if self.generated_contracts is not None:
                         real.generated_contracts = self.generated_contracts
                     self._real = real
         return real
 
-    # -- what planning reads ------------------------------------------------------------------
+    def _vectors(self) -> QueryVectors:
+        """The query vectors, embedded by the model the index was built with (checked at the first
+        use); a pinned handle's are those of the handle it was pinned from, kept across runs."""
+        if self._origin is not None:
+            return self._origin._vectors()
+        queries = self._queries
+        if queries is None:
+            with self._lock:
+                queries = self._queries
+                if queries is None:
+                    # One model object for this handle and the adapter it may open: loaded once.
+                    self._embedder = self._embedder or MiniLMEmbedder()
+                    where = str(self._path)
+                    self._built = BuiltWith(
+                        self._embedder, self._embedder_identity, where=where, hint="rebuild: `race index`"
+                    )
+                    queries = self._queries = QueryVectors(self._built, QUERY_VECTORS)
+        return queries
 
-    @property
-    def identity(self) -> str:
-        if self._real is None and self._latest_facts() is not None:
-            return f"lancedb:{self._manifest['corpus_revision']}"
-        return self.adapter().identity
+    def _matrix(self, version: int) -> ExactMatrix | None:
+        """The exact matrix of table ``version`` from its files, if it was written; never the table."""
+        if self._origin is not None:
+            return self._origin._matrix(version)
+        store = self._store
+        if store is None:
+            from backends.lancedb.matrix_store import MatrixStore
+
+            with self._lock:
+                store = self._store
+                if store is None:
+                    store = self._store = MatrixStore(self._path / EXACT_DIR, self._versions_dir)
+        return store.load(version)
+
+    # -- what planning reads ------------------------------------------------------------------
 
     @property
     def embedder_identity(self) -> EmbedderIdentity:
@@ -209,9 +258,14 @@ class LanceIndex(Adapter):
         return read_calibration(self._path)
 
     def generation(self) -> str:
+        if self._held is not None:
+            return self._held[0]
         facts = self._latest_facts()
         if facts is None:
             return self.adapter().generation()
+        return self._generation_of(facts)
+
+    def _generation_of(self, facts: dict[str, Any]) -> str:
         return generation_of(
             int(facts["version"]),
             str(facts["manifest"]),
@@ -221,18 +275,18 @@ class LanceIndex(Adapter):
         )
 
     def statistics(self) -> BackendStatistics:
-        facts = self._latest_facts()
+        facts = self._held[3] if self._held is not None else self._latest_facts()
         if facts is not None:
             try:
                 return BackendStatistics.model_validate(facts["statistics"])
             except ValueError:  # pydantic's ValidationError among them: the table answers
                 pass
-        return self.adapter().statistics()
+        return self._table().statistics()
 
     def _latest_facts(self) -> dict[str, Any] | None:
         """The kept facts if they describe the latest table version of the table this handle
         opened; ``None`` once the real adapter is open, or if anything else is so."""
-        if self._real is not None:
+        if self._real is not None or (self._origin is not None and self._origin._real is not None):
             return None
         try:
             # race.json rewritten (a rebuild, another embedder): the adapter reads it afresh.
@@ -270,28 +324,121 @@ class LanceIndex(Adapter):
         self._facts = (stamp, facts)
         return facts
 
-    # -- what only the table answers ----------------------------------------------------------
+    # -- scans: the exact matrix from its files, the rest from the table ------------------------
 
     def warm(self, modes: frozenset[str] | None = None) -> None:
+        if modes is not None and modes <= {MODE_EXACT} and self._real is None:
+            # Exact scans only: the matrix of the latest version and the model, without the table.
+            facts = self._latest_facts()
+            if facts is not None and self._matrix(int(facts["version"])) is not None:
+                self._vectors()
+                try:
+                    assert self._built is not None
+                    self._built.identity  # noqa: B018 - the load is the point
+                except Exception:
+                    return  # no model: every vector leg reports it as its gap
+                return
         self.adapter().warm(modes)
 
-    async def _opened(self) -> LanceAdapter:
+    async def _opened(self) -> Adapter:
         # Opening imports LanceDB and maps the exact matrix: seconds of CPU, never on the loop.
+        if self._held is not None:
+            held = self._held_real
+            return held if held is not None else await blocking(self._table)
         real = self._real
         return real if real is not None else await blocking(self.adapter)
 
+    def _table(self) -> Adapter:
+        """The real adapter, pinned to this handle's snapshot if it holds one."""
+        if self._held is None:
+            return self.adapter()
+        held = self._held_real
+        if held is None:
+            held = self._held_real = self.adapter().pinned(self._held[0])
+        return held
+
     async def scan(self, request: ScanRequest) -> ScanResult:
+        if request.mode == MODE_EXACT and self._real is None:
+            found = await blocking(self._scan_exact, request)
+            if found is not None:
+                return found
         return await (await self._opened()).scan(request)
 
+    def _scan_exact(self, request: ScanRequest) -> ScanResult | None:
+        """An exact scan answered from the matrix files of the snapshot (the one held, else the
+        latest), as ``LanceAdapter`` answers it; ``None`` where only the table can answer: a
+        filter left to apply to the ranked rows (the count of rows it keeps reads the table), no
+        matrix written for that snapshot, or facts that do not describe the latest version."""
+        from backends.lancedb.matrix_store import exact_result, ranked
+
+        text = (request.query.text or "").strip()
+        if not text:
+            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
+        native, after = _split_filters(request)
+        if after:
+            return None
+        # Refused here as the adapter refuses them: a filter LanceDB could not be given.
+        filter_sql(native, self.corpus_schema)
+        filter_sql((*request.pushed, *request.residual), self.corpus_schema)
+        _fast(request)
+        if self._held is not None:
+            generation, _, revision, _, matrix = self._held
+        else:
+            facts = self._latest_facts()
+            if facts is None:
+                return None
+            generation, revision = self._generation_of(facts), str(self._manifest["corpus_revision"])
+            matrix = self._matrix(int(facts["version"]))
+        if matrix is None:
+            return None
+        vector, embedded = self._vectors().vector(text)
+        answer = ranked(matrix, vector, native, request.k, _CHUNK_COLUMNS)
+        return exact_result(
+            self,
+            request,
+            answer,
+            generation=generation,
+            identity=f"lancedb:{revision}",
+            truncated=self._manifest.get("truncated") or {},
+            embedded=embedded,
+        )
+
     def pinned(self, generation: str) -> Adapter:
+        """Held at ``generation``: without the table when that is the latest snapshot the facts
+        describe (an exact scan reads that snapshot's matrix, held from now on; any other leg
+        pins the real adapter to it), else the real adapter pinned as ever."""
+        if self._held is not None:
+            return self if generation == self._held[0] else (self._origin or self).pinned(generation)
+        if self._real is None:
+            facts = self._latest_facts()
+            if facts is not None and self._generation_of(facts) == generation:
+                version = int(facts["version"])
+                held = copy.copy(self)
+                held._origin = self
+                held._held = (generation, version, str(self._manifest["corpus_revision"]), facts, self._matrix(version))
+                held._held_real = None
+                return held
         return self.adapter().pinned(generation)
 
     async def pin(self, generation: str) -> Adapter:
-        return await (await self._opened()).pin(generation)
+        # Mapping a matrix that warm did not map, or checking the table out: off the loop.
+        return await blocking(self.pinned, generation)
+
+    def forget_query_vectors(self) -> None:
+        """Drop the kept query vectors (the real adapter's are these), without opening the table."""
+        self._vectors().clear()
+
+    @property
+    def identity(self) -> str:
+        if self._held is not None:
+            return f"lancedb:{self._held[2]}"
+        if self._real is None and self._latest_facts() is not None:
+            return f"lancedb:{self._manifest['corpus_revision']}"
+        return self.adapter().identity
 
     def __getattr__(self, name: str) -> Any:
         # Anything else the adapter offers (its snapshot, LanceDB's plan, the kept query
-        # vectors, the exact matrix) is the real adapter's.
-        if name.startswith("__") or name in ("_real", "_lock", "_path", "_embedder", "generated_contracts"):
+        # vectors, the exact matrix) is the real adapter's (pinned like this handle).
+        if name.startswith("__") or name in ("_real", "_lock", "_path", "_embedder", "generated_contracts", "_held"):
             raise AttributeError(name)
-        return getattr(self.adapter(), name)
+        return getattr(self._table(), name)

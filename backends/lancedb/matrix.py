@@ -18,16 +18,18 @@ import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import xxhash
-from lancedb.table import Table
 
 from backends.lancedb.masks import F64, TypedKey, value_key
+
+if TYPE_CHECKING:  # the table is read to write a matrix; serving one needs no LanceDB
+    from lancedb.table import Table
 
 SCHEMA_VERSION: Final = "race.exact/2"
 META_FILE: Final = "exact.json"

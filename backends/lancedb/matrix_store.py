@@ -17,14 +17,19 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy.typing as npt
-from lancedb.table import Table
+import orjson
 
+from backends.base import Adapter, custody_hits
 from backends.lancedb.exact import ExactMatrix
 from backends.lancedb.matrix import META_FILE, SCHEMA_VERSION, U64_MAX, manifest_digest, write_matrix
-from rsc import BackendUnavailable, Filter
+from backends.lancedb.query import _CHUNK_COLUMNS
+from rsc import BackendUnavailable, Filter, Gap, GapKind, Hit, ScanRequest, ScanResult, ScoreKind
+
+if TYPE_CHECKING:  # the table is read to write a matrix; serving one needs no LanceDB
+    from lancedb.table import Table
 
 _WHERE: Final = "lancedb.exact"
 
@@ -90,6 +95,29 @@ class MatrixStore:
             self._current, self.unavailable = matrix, ""
             return matrix
 
+    def load(self, version: int) -> ExactMatrix | None:
+        """Serve the matrix of table ``version`` as written beside the table, from RACE's own
+        files alone (no table is opened); ``None`` if none was written for that snapshot or it
+        cannot be read back (only the table can write one: ``build``)."""
+        matrix = self.serving(version)
+        if matrix is not None:
+            return matrix
+        with self._lock:
+            manifest = self._digest(version)
+            if manifest is None:
+                return None
+            folder = self._folder / self._name(version, manifest)
+            if not (folder / META_FILE).exists():
+                return None
+            try:
+                matrix = ExactMatrix(folder)
+            except (OSError, ValueError, KeyError):
+                return None
+            if matrix.version != version or matrix.manifest != manifest:
+                return None
+            self._current, self.unavailable = matrix, ""
+            return matrix
+
     def _open_or_write(self, table: Table, folder: Path, manifest: str) -> ExactMatrix:
         if (folder / META_FILE).exists():
             try:
@@ -133,12 +161,19 @@ class MatrixStore:
             matrix = self.build(table)
             if matrix is None or matrix.version != version:
                 return None
-        ranking = matrix.search(query, filters, k)
-        try:
-            rows = matrix.fetch(ranking, columns)
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise BackendUnavailable(f"reading the ranked rows failed: {exc}", where=_WHERE) from exc
-        return ExactAnswer(rows=rows, total_matches=ranking.total_matches)
+        return ranked(matrix, query, filters, k, columns)
+
+
+def ranked(
+    matrix: ExactMatrix, query: npt.NDArray[Any], filters: Sequence[Filter], k: int, columns: Sequence[str]
+) -> ExactAnswer:
+    """The exact top-k of ``matrix`` under ``filters``, its rows' ``columns`` in rank order."""
+    ranking = matrix.search(query, filters, k)
+    try:
+        rows = matrix.fetch(ranking, columns)
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise BackendUnavailable(f"reading the ranked rows failed: {exc}", where=_WHERE) from exc
+    return ExactAnswer(rows=rows, total_matches=ranking.total_matches)
 
 
 @dataclass(frozen=True)
@@ -147,3 +182,73 @@ class ExactAnswer:
     """The ranked rows, each with its ``_distance``."""
     total_matches: int
     """Rows of the table version that pass the filters (rows without a direction included)."""
+
+
+# -- ranked rows as a scan's answer (the adapter's, and the handle's without the table) -------
+
+
+def exact_result(
+    owner: Adapter,
+    request: ScanRequest,
+    answer: ExactAnswer,
+    *,
+    generation: str,
+    identity: str,
+    truncated: dict[str, dict[str, int]],
+    embedded: bool,
+) -> ScanResult:
+    """The scan result of an exact answer with no filter left to apply to its rows."""
+    rows = sorted(answer.rows, key=lambda r: (float(r["_distance"]), str(r["chunk_id"])))
+    hits = lance_hits(request, rows, generation=generation, identity=identity)
+    gaps = truncation_gaps(owner, request, hits, truncated)
+    matching = answer.total_matches
+    return ScanResult(
+        hits=hits,
+        gaps=tuple(gaps),
+        # A kept query vector costs no model call; the receipt counts the obligation's own.
+        model_calls=int(embedded),
+        generation=generation,
+        total_matches=matching,
+        exhausted=len(hits) >= matching and not gaps,
+    )
+
+
+def lance_hits(request: ScanRequest, rows: list[dict[str, Any]], *, generation: str, identity: str) -> tuple[Hit, ...]:
+    """The hits of ranked chunk rows (each with its ``_distance``), custody rebuilt from their columns."""
+    chunks = []
+    for row in rows:
+        chunk = {name: row[name] for name in _CHUNK_COLUMNS if name != "metadata_json"}
+        chunk["metadata"] = orjson.loads(row["metadata_json"])
+        chunks.append((chunk, float(row["_distance"])))
+    corpus_revision = str(rows[0]["corpus_revision"]) if rows else ""
+    return tuple(
+        custody_hits(
+            request=request,
+            contract_ref=f"{request.rsc_id}@{request.rsc_version}",
+            rows=chunks,
+            score_kind=ScoreKind.COSINE_DISTANCE,
+            index_identity=identity,
+            generation=generation,
+            corpus_revision=corpus_revision,
+        )
+    )
+
+
+def truncation_gaps(
+    owner: Adapter, request: ScanRequest, hits: Sequence[Hit], truncated: dict[str, dict[str, int]]
+) -> list[Gap]:
+    """A ``truncated_text`` gap for every document among the hits with text past the model's
+    window: this search could not see into that text (SPEC §7)."""
+    gaps = []
+    for doc in sorted({h.doc_id for h in hits} & set(truncated)):
+        cut = truncated[doc]
+        detail = ", ".join(f"{chunk}: {n} tokens" for chunk, n in sorted(cut.items()))
+        gaps.append(
+            owner.gap(
+                request,
+                GapKind.TRUNCATED_TEXT,
+                f"document {doc}: {sum(cut.values())} tokens were never embedded ({detail}); "
+                f"the vector index cannot find what they say",
+            )
+        )
+    return gaps

@@ -9,15 +9,17 @@ afterwards. Filters are written as SQL literals of their column's type (``filter
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
-from lancedb.query import LanceVectorQueryBuilder
-from lancedb.table import Table
 
 from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from rsc import BackendUnavailable, Filter, FilterOp, ScanRequest
+
+if TYPE_CHECKING:  # LanceDB is imported by the legs that read the table, not by the exact matrix
+    from lancedb.query import LanceVectorQueryBuilder
+    from lancedb.table import Table
 
 TABLE: Final = "chunks"
 VECTOR: Final = "vector"
@@ -28,8 +30,28 @@ MODE_FLAT: Final = "vector_flat"
 MODE_ANN_PREFILTER: Final = "vector_ann_prefilter"
 MODE_ANN_POSTFILTER: Final = "vector_ann_postfilter"
 MODES: Final = (MODE_FLAT, MODE_ANN_PREFILTER, MODE_ANN_POSTFILTER)
+MODE_EXACT: Final = "vector_exact_matrix"
+"""The exact matrix's mode (``exact.py``): served from RACE's own files, never a LanceDB query."""
+EXACT_DIR: Final = "exact"
+"""The folder of the exact matrices beside the table."""
 
 IDENTITY_FIELDS: Final = ("chunk_id", "doc_id")
+
+_CHUNK_FIELDS: Final = (
+    "chunk_id",
+    "doc_id",
+    "title",
+    "section",
+    "text",
+    "source_path",
+    "line_start",
+    "line_end",
+    "char_start",
+    "char_end",
+    "source_hash",
+)
+"""The ``Chunk`` fields stored one column each; custody is rebuilt from them."""
+_CHUNK_COLUMNS: Final = (*_CHUNK_FIELDS, "corpus_revision", "metadata_json")
 
 ANN_MIN_NPROBES: Final = 20
 """IVF partitions probed at least (LanceDB's default). The prefilter mode may widen past it."""
@@ -53,6 +75,8 @@ def vector_query(
     columns: Sequence[str] | None = None,
 ) -> LanceVectorQueryBuilder:
     """The native LanceDB query for one physical mode; the benchmark measures this same query."""
+    from lancedb.query import LanceVectorQueryBuilder
+
     if mode not in MODES:
         raise BackendUnavailable(f"lancedb has no mode {mode!r}", where="lancedb")
     # numpy 2 promotes mixed arithmetic to float64; LanceDB would then compare float64
