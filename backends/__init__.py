@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Adapter, Progress, blocking, custody_hit, load_contracts_beside
-from backends.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
+from backends.ingest.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
 from rsc import Contract
 
 if TYPE_CHECKING:

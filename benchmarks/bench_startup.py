@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-RACE = [sys.executable, "-m", "race.cli"]
+RACE = [sys.executable, "-m", "race.cli.main"]
 SHOWCASE = str(HERE.parent / "fixtures" / "plans" / "showcase.json")
 LEXICAL = str(HERE.parent / "fixtures" / "plans" / "cascade_lexical.json")
 COMMANDS = {

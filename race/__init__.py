@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 from race.version import __version__
 
 if TYPE_CHECKING:
-    from race.bundled import bundled_index_dir, ensure_bundled_index
     from race.engine import Engine, known_contracts, load_statistics
-    from race.fusion import RRF_K, rrf
-    from race.indexing import build_index, read_manifest
+    from race.indexing.bundled import bundled_index_dir, ensure_bundled_index
+    from race.indexing.indexing import build_index, read_manifest
     from race.receipt import (
         RECEIPT_SCHEMA_VERSION,
         CoverageSummary,
@@ -27,10 +26,11 @@ if TYPE_CHECKING:
         Receipt,
         receipt_json_schema,
     )
+    from race.run.fusion import RRF_K, rrf
 
 _HOMES = {
     "RECEIPT_SCHEMA_VERSION": "race.receipt",
-    "RRF_K": "race.fusion",
+    "RRF_K": "race.run.fusion",
     "CoverageSummary": "race.receipt",
     "Engine": "race.engine",
     "EvidenceItem": "race.receipt",
@@ -40,14 +40,14 @@ _HOMES = {
     "Operational": "race.receipt",
     "OperatorReceipt": "race.receipt",
     "Receipt": "race.receipt",
-    "build_index": "race.indexing",
-    "bundled_index_dir": "race.bundled",
-    "ensure_bundled_index": "race.bundled",
+    "build_index": "race.indexing.indexing",
+    "bundled_index_dir": "race.indexing.bundled",
+    "ensure_bundled_index": "race.indexing.bundled",
     "known_contracts": "race.engine",
     "load_statistics": "race.engine",
-    "read_manifest": "race.indexing",
+    "read_manifest": "race.indexing.indexing",
     "receipt_json_schema": "race.receipt",
-    "rrf": "race.fusion",
+    "rrf": "race.run.fusion",
 }
 
 

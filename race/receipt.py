@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from race.copies import Collapsed
-from race.roles import Roles
+from race.run.copies import Collapsed
+from race.run.roles import Roles
 from rsc import (
     CanonicalFloat,
     EvidenceStatus,

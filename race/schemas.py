@@ -3,7 +3,7 @@ as they are published under docs/schemas/ (``python -m race.schemas docs/schemas
 them; tests/test_schemas.py checks that the published files are current and that the
 fixtures validate against them). Every property is described by its model attribute's
 docstring; the reference documents under docs/reference/ are made from them
-(``race.reference``)."""
+(``race.evidence.reference``)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def document_schema(document: str) -> dict[str, Any]:
     from pydantic import BaseModel
 
     from planner import EXPLAIN_SCHEMA_VERSION, PLAN_SCHEMA_VERSION, Explain, LogicalPlan
-    from race.catalog import CATALOG_SCHEMA_VERSION, Catalog
+    from race.indexing.catalog import CATALOG_SCHEMA_VERSION, Catalog
     from race.receipt import RECEIPT_SCHEMA_VERSION, Receipt
     from rsc import RSC_SCHEMA_VERSION, Contract
 
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
     """``python -m race.schemas [DIR]`` publishes the schemas (default docs/schemas);
     ``python -m race.schemas --docs [DIR]`` writes the reference documents (DIR/reference/)."""
     if argv[:1] == ["--docs"]:
-        from race.reference import write_references
+        from race.evidence.reference import write_references
 
         write_references(Path(argv[1]) if len(argv) > 1 else Path("docs"))
         return 0

@@ -8,12 +8,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from race.bundled import BUNDLED_CORPUS
-from race.catalog import index_catalog
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
-from race.eval_stats import EvalReport, per_query_scores
-from race.evaluate import EvalQuery, Ranking, load_judgments, load_queries, work_orders
+from race.evaluation.evaluate import EvalQuery, Ranking, load_judgments, load_queries, work_orders
+from race.evaluation.stats import EvalReport, per_query_scores
+from race.indexing.bundled import BUNDLED_CORPUS
+from race.indexing.catalog import index_catalog
 from rsc import InputError
 from tests.conftest import FIXTURES
 
@@ -125,7 +125,7 @@ def test_cli_eval_runs_on_a_catalog(
 def test_labelled_plans_are_scored_beside_the_strategies(
     session_engine: Engine, small_set: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from race.evaluate import LabelledPlan, strategy_plan
+    from race.evaluation.evaluate import LabelledPlan, strategy_plan
 
     queries, qrels = load_queries(small_set[0]), load_judgments(small_set[1])
     # A plan of one's own: BM25 restricted to official documents.
@@ -149,7 +149,7 @@ def test_labelled_plans_are_scored_beside_the_strategies(
 
 
 def test_the_committed_results_are_one_report() -> None:
-    from race.eval_report import markdown
+    from race.evaluation.report import markdown
 
     results = FIXTURES.parent / "benchmarks" / "results"
     report = EvalReport.model_validate_json((results / "eval_kestrel.json").read_text())

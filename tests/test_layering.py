@@ -60,9 +60,9 @@ def test_modules_stay_readable_in_one_sitting() -> None:
 
 
 def test_operator_dispatch_is_a_table_over_every_operator_kind() -> None:
-    from race.operators import OPERATORS
+    from race.run.operators import OPERATORS
     from rsc import OperatorKind
 
     assert set(OPERATORS) == set(OperatorKind)
     for kind in OperatorKind:
-        assert (ROOT / "race" / "operators" / f"{kind.value}.py").exists()
+        assert (ROOT / "race" / "run" / "operators" / f"{kind.value}.py").exists()

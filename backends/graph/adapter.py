@@ -26,7 +26,6 @@ from backends.base import (
     blocking,
     load_contracts_beside,
 )
-from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
 from backends.generated import generate_contracts, read_contracts, write_contracts
 from backends.graph.hits import _HitMaker
 from backends.graph.store import (
@@ -44,6 +43,7 @@ from backends.graph.store import (
     write_schema,
 )
 from backends.graph.traverse import Direction, Reach, bounded_reach
+from backends.ingest.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
 from rsc import (
     BackendStatistics,
     BackendUnavailable,

@@ -27,8 +27,8 @@ from typing import Any
 import networkx as nx
 
 from backends.base import Progress
-from backends.corpus import EDGE_RELATIONS, Corpus
-from backends.schema import CorpusSchema, RelationRole, default_schema
+from backends.ingest.corpus import EDGE_RELATIONS, Corpus
+from backends.ingest.schema import CorpusSchema, RelationRole, default_schema
 from rsc import IndexMissingError, canonical_json, fingerprint
 
 GRAPH_FILE = "graph.json"
@@ -163,7 +163,7 @@ def _edge_lines(corpus: Corpus) -> tuple[dict[tuple[str, str, str], tuple[int, s
 
 
 def _edges_file(root: Path) -> Path | None:
-    # Mirrors where backends.corpus.load_corpus looks for edges.
+    # Mirrors where backends.ingest.corpus.load_corpus looks for edges.
     if root.is_dir():
         candidates = [root / "edges.jsonl"]
     else:

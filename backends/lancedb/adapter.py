@@ -38,9 +38,9 @@ from backends.base import (
     custody_hits,
     load_contracts_beside,
 )
-from backends.corpus import Corpus
-from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
+from backends.ingest.corpus import Corpus
+from backends.ingest.schema import FieldType
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
@@ -58,7 +58,7 @@ from backends.lancedb.query import (
     vector_query,
 )
 from backends.lancedb.snapshot import LanceSnapshots, Snapshot, _GenerationMemo
-from backends.schema import FieldType
+from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 import orjson
 
 from backends.base import Adapter, Progress, blocking, load_contracts_beside
-from backends.corpus import Corpus
-from backends.embedding import Embedder, EmbedderIdentity
 from backends.generated import read_contracts, schema_of
+from backends.ingest.corpus import Corpus
+from backends.models.embedding import Embedder, EmbedderIdentity
 from rsc import (
     BackendStatistics,
     Calibration,

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from lancedb.query import LanceVectorQueryBuilder
 from lancedb.table import Table
 
-from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
+from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from rsc import BackendUnavailable, Filter, FilterOp, ScanRequest
 
 TABLE: Final = "chunks"

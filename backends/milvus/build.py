@@ -15,9 +15,9 @@ import numpy.typing as npt
 from pymilvus import DataType, MilvusClient
 
 from backends.base import Progress
-from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from backends.generated import schema_json, write_contracts
+from backends.ingest.corpus import Chunk, Corpus
+from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros
 from backends.lancedb.adapter import chunk_text
 from backends.milvus.client import (
     _EMBED_BATCH,
@@ -39,7 +39,7 @@ from backends.milvus.client import (
     resolve_uri,
 )
 from backends.milvus.consistency import level_of, with_consistency
-from backends.schema import CorpusSchema, FieldType, datetime_micros
+from backends.models.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from rsc import BackendUnavailable, Contract, CoverageClaim, FilterSupportClass, IndexMissingError, InputError
 
 if TYPE_CHECKING:
