@@ -269,7 +269,7 @@ def test_the_index_handle_answers_as_the_table_does(index_dir: Path, tmp_path: P
     import lancedb
 
     from backends.lancedb import LanceAdapter, LanceIndex
-    from backends.lancedb.handle import TABLE
+    from backends.lancedb.manifest import TABLE
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
@@ -320,7 +320,7 @@ def test_a_damaged_facts_file_opens_the_table(index_dir: Path, tmp_path: Path, f
     import shutil
 
     from backends.lancedb import LanceAdapter, LanceIndex
-    from backends.lancedb.handle import FACTS
+    from backends.lancedb.manifest import FACTS
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
@@ -336,7 +336,7 @@ def test_facts_with_statistics_of_another_shape_are_not_used(index_dir: Path, tm
     import shutil
 
     from backends.lancedb import LanceAdapter, LanceIndex
-    from backends.lancedb.handle import FACTS
+    from backends.lancedb.manifest import FACTS
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)

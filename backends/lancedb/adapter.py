@@ -44,7 +44,7 @@ from backends.ingest.schema import FieldType
 from backends.lancedb.build import _CHUNK_COLUMNS, build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
-from backends.lancedb.handle import read_lance_manifest, write_facts
+from backends.lancedb.manifest import read_lance_manifest, write_facts
 from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import (
     MODE_ANN_POSTFILTER,

