@@ -339,7 +339,7 @@ def run_ray(pool: TextPool, docs: int, plans_per_kind: int, log: Callable[[str],
 def _batch_overhead(pool: TextPool, index: Path, plans_per_kind: int, log: Callable[[str], None]) -> dict[str, Any]:
     """``race batch``'s two ways of running plan lines, timed with warm engines on both sides:
     one local engine running ``race.evaluation.batch.run_line`` 2 at a time (``run_outcomes``, as
-    ``race batch`` does), and 2 Ray actors (``race.indexing.distributed.PlanRunner``, the body of
+    ``race batch`` does), and 2 Ray actors (``race.evaluation.batch_ray.PlanRunner``, the body of
     ``race batch --ray``'s actors) fed as ``run_batch_on_ray`` feeds them (2 queued per actor,
     records taken as they come). Each side first runs one warm-up plan per engine, so that
     neither the actors' start (each opens an engine and loads the model) nor the first model
@@ -347,8 +347,9 @@ def _batch_overhead(pool: TextPool, index: Path, plans_per_kind: int, log: Calla
     import orjson
     import ray
 
-    from race.evaluation.batch import EngineOptions, LineResult, plan_lines, run_line, run_outcomes
-    from race.indexing.distributed import PlanRunner
+    from race.evaluation.batch import LineResult, plan_lines, run_line, run_outcomes
+    from race.evaluation.batch_ray import PlanRunner
+    from race.options import EngineOptions
 
     texts = query_texts(pool, plans_per_kind, 99)
     warm = plan_lines([orjson.dumps(plan_for(k, texts[k][0])) for k in ("exact_filtered", "hybrid")])

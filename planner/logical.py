@@ -8,7 +8,9 @@ canonical form whose fingerprint identifies the plan whatever the key order of i
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -103,6 +105,10 @@ class LogicalPlan(Record):
 
     def operator(self, node_id: str) -> LogicalOperator | None:
         return next((o for o in self.operators if o.id == node_id), None)
+
+
+PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
+"""A plan as a caller gives one: parsed, as its JSON object, its JSON text or bytes, or its file."""
 
 
 def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:

@@ -13,8 +13,8 @@ from typing import Any, ParamSpec, TypeVar, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
-from race.evaluation.batch import PlanFailure
+from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from race.evaluation.batch import PlanFailure, run_many
 from race.indexing.bundled import ensure_bundled_index
 from race.indexing.indexing import absent_contracts, check_plan_filters
 from race.indexing.instances import connect_remotes as connect_remotes
@@ -29,9 +29,6 @@ from race.state.cache import PlanCache, ResultCache
 from race.state.retain import RunRecorder
 from race.state.snapshots import backends_read, modes_read, pin_snapshots
 from rsc import Contract, GapKind, calibrated, most_specific
-
-PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | Path
-
 
 SETUP_TIMEOUT_S = 120.0
 """How long ``warm`` waits for the backends' set-up before the run starts anyway (a backend still
@@ -408,13 +405,12 @@ class Engine:
     async def run_many(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         """Every plan's receipt (the same normalized bytes as ``run``) or its failure, in the
         order given, ``concurrency`` plans at once; one plan's failure never stops another."""
-        from race.evaluation.batch import run_many
-
         return await run_many(self, plans, concurrency=concurrency)
 
     async def evaluate(self, queries: Any, judgments: Any, **options: Any) -> Any:
         """Score retrieval strategies (and labelled plans) over a query set against graded
         judgments: an ``EvalReport`` (see ``race.evaluation.evaluate.evaluate`` for the options)."""
+        # Imported here: the measures and their statistics are only an evaluation's.
         from race.evaluation.evaluate import evaluate
 
         return await evaluate(self, queries, judgments, **options)

@@ -15,8 +15,9 @@ import pytest
 import ray  # the race[ray] extra, which `make` installs
 
 from race.cli.main import main
-from race.evaluation.batch import EngineOptions, LineResult, plan_lines, receipt_of
+from race.evaluation.batch import LineResult, plan_lines, receipt_of
 from race.evaluation.batch_file import run_batch_file
+from race.options import EngineOptions
 from tests.conftest import FIXTURES
 
 PLANS = sorted((FIXTURES / "plans").glob("*.json"))
@@ -65,7 +66,7 @@ def test_ray_batch_records_equal_local_batch_records(cluster: None, index_dir: P
 
 
 def test_a_task_ray_cannot_run_is_that_plans_error_record(cluster: None, tmp_path: Path) -> None:
-    from race.indexing.distributed import run_batch_on_ray
+    from race.evaluation.batch_ray import run_batch_on_ray
 
     items = plan_lines([orjson.dumps(json.loads(p.read_text())) for p in PLANS[:3]])
     got: list[LineResult] = []

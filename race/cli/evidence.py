@@ -65,9 +65,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for name in strategies:
         if name not in STRATEGIES:
             raise InputError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})", where="--strategies")
-    from race.cli.main import _engine
+    from race.cli.arguments import open_engine
 
-    engine = _engine(args)
+    engine = open_engine(args)
     assert isinstance(engine, Engine)
 
     async def run() -> object:

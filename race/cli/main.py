@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from race.cli.arguments import CommandParser, seconds
+from race.cli.arguments import CommandParser, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
 from race.cli.serve import add_serve_command
@@ -23,28 +23,6 @@ if TYPE_CHECKING:
 EXIT_BAD_INPUT = 2
 EXIT_UNMET_MANDATORY = 3
 """``race run`` completed, but a ``mandatory`` obligation is not satisfied."""
-
-
-def _engine(args: argparse.Namespace) -> object:
-    from race.engine import Engine, load_statistics
-    from race.indexing.bundled import ensure_bundled_index
-
-    stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
-    remotes = tuple(getattr(args, "remote", None) or ())
-    if getattr(args, "catalog", None):
-        if args.index or remotes or getattr(args, "milvus", None):
-            raise InputError("a catalog names every instance: leave out --index, --remote, --milvus", where="--catalog")
-        early_stop = not getattr(args, "no_early_stop", False)
-        return Engine.from_catalog(Path(args.catalog), statistics=stats, early_stop=early_stop)
-    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
-    return Engine.open(
-        index,
-        statistics=stats,
-        remotes=remotes,
-        remote_timeout=args.remote_timeout,
-        milvus=tuple(Path(m) for m in getattr(args, "milvus", None) or ()),
-        early_stop=not getattr(args, "no_early_stop", False),
-    )
 
 
 def _parse_plan(name: str) -> LogicalPlan:
@@ -61,7 +39,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from race.engine import Engine
 
     logical = _parse_plan(args.plan)
-    engine = _engine(args)
+    engine = open_engine(args)
     assert isinstance(engine, Engine)
     explain = engine.plan_sync(logical, where=args.plan)
     sys.stdout.write(render_json(explain) if args.json else render_text(explain))
@@ -73,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from race.engine import Engine
 
     logical = _parse_plan(args.plan)
-    engine = _engine(args)
+    engine = open_engine(args)
     assert isinstance(engine, Engine)
     retain = Path(args.retain) if args.retain else None
     receipt = engine.run_sync(logical, where=args.plan, retain=retain)
@@ -93,9 +71,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from race.evaluation.batch import EngineOptions, LineResult
+    from race.evaluation.batch import LineResult
     from race.evaluation.batch_file import run_batch_file
     from race.indexing.bundled import ensure_bundled_index
+    from race.options import EngineOptions
 
     if args.catalog and (args.index or args.remote):
         raise InputError("a catalog names every instance: leave out --index, --remote", where="--catalog")

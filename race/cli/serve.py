@@ -21,7 +21,8 @@ def positive(text: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from race.serving.limits import Limits
-    from race.serving.serve import Faults, loopback_host, serve
+    from race.serving.serve import loopback_host, serve
+    from race.serving.service import Faults
 
     loopback_host(args.host)
     if args.fault_status is not None and not 400 <= args.fault_status <= 599:

@@ -17,7 +17,7 @@ whose record is an error (the fault may have been transient), plans whose line c
 torn last line. A plan's failure, of any kind, is its error record; it never stops the others.
 Records are written in plans-file order within one invocation.
 
-Local runs go through ``run_outcomes`` here; ``race.indexing.distributed`` runs the same ``run_line`` on
+Local runs go through ``run_outcomes`` here; ``race.evaluation.batch_ray`` runs the same ``run_line`` on
 Ray actors, so a record does not depend on where its plan ran. ``race.evaluation.batch_file`` keeps the
 output file: appending, resuming, and the summary and exit status of ``race batch``.
 """
@@ -27,17 +27,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import orjson
 
+from planner import PlanInput
 from race.receipt import Receipt
 from rsc import InputError, RaceError, ReplayError, canonical_json, fingerprint_bytes, most_specific
 from rsc.records import Record
-
-if TYPE_CHECKING:
-    from race.engine import Engine, PlanInput
 
 BATCH_SCHEMA_VERSION = "race.batch/1"
 
@@ -80,44 +78,26 @@ class PlanLine:
     id: str | None = None
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """How to open the engine a batch runs on; picklable, so a Ray actor opens its own."""
+class Runner(Protocol):
+    """What runs a batch's or an evaluation's plans: an engine (``race.engine.Engine``)."""
 
-    index: Path | None
-    statistics: Path | None = None
-    remotes: tuple[str, ...] = ()
-    remote_timeout: float = 5.0
-    early_stop: bool = True
-    catalog: Path | None = None
-    """A ``race.catalog/1`` file naming every instance, in place of ``index`` and ``remotes``."""
+    def run(self, plan: PlanInput, *, where: str = "plan") -> Awaitable[Receipt]: ...
 
-    def check(self) -> None:
-        """Bad input of the engine itself (no index, an unreadable catalog), before a batch writes."""
-        if self.catalog is not None:
-            from race.indexing.catalog import load_catalog
+    def generations(self) -> dict[str, str]: ...
 
-            load_catalog(self.catalog)
-            return
-        from race.indexing.indexing import read_manifest
+    async def aclose(self) -> None: ...
 
-        assert self.index is not None
-        read_manifest(self.index)
 
-    def open(self) -> Engine:
-        from race.engine import Engine, load_statistics
+class EngineSource(Protocol):
+    """How a batch opens the engine it runs on (``race.options.EngineOptions``); picklable, so
+    a Ray actor opens its own."""
 
-        stats = load_statistics(self.statistics) if self.statistics is not None else None
-        if self.catalog is not None:
-            return Engine.from_catalog(self.catalog, statistics=stats, early_stop=self.early_stop)
-        assert self.index is not None
-        return Engine.open(
-            self.index,
-            statistics=stats,
-            remotes=self.remotes,
-            remote_timeout=self.remote_timeout,
-            early_stop=self.early_stop,
-        )
+    @property
+    def catalog(self) -> Path | None: ...
+
+    def check(self) -> None: ...
+
+    def open(self) -> Runner: ...
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -168,7 +148,7 @@ def failure(exc: BaseException) -> PlanFailure:
     return PlanFailure(kind=kind, type=type(exc).__name__, message=message)
 
 
-async def run_one(engine: Engine, plan: PlanInput, *, where: str) -> Outcome:
+async def run_one(engine: Runner, plan: PlanInput, *, where: str) -> Outcome:
     """One plan's receipt, or its failure: nothing a plan does escapes as an exception."""
     try:
         return await engine.run(plan, where=where)
@@ -194,7 +174,7 @@ def line_result(item: PlanLine, outcome: Outcome) -> LineResult:
     return LineResult(line=item.line, record=record_bytes(item, outcome), kind=outcome.kind)
 
 
-async def run_line(engine: Engine, item: PlanLine, *, plans: str) -> LineResult:
+async def run_line(engine: Runner, item: PlanLine, *, plans: str) -> LineResult:
     """One plan line's record; ``plans`` names the plans file in error messages."""
     return line_result(item, await run_one(engine, item.text, where=f"{plans}:{item.line}"))
 
@@ -242,7 +222,7 @@ async def run_outcomes(
 
 
 async def run_many(
-    engine: Engine, plans: Sequence[PlanInput], *, concurrency: int = 4, where: str = "plan"
+    engine: Runner, plans: Sequence[PlanInput], *, concurrency: int = 4, where: str = "plan"
 ) -> list[Outcome]:
     """Every plan's receipt or failure, in the order given (``Engine.run_many``)."""
     out: list[Outcome | None] = [None] * len(plans)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from race.evaluation.batch import (
     BATCH_SCHEMA_VERSION,
-    EngineOptions,
+    EngineSource,
     LineResult,
     PlanLine,
     read_plan_lines,
@@ -144,7 +144,7 @@ class BatchSummary:
 def run_batch_file(
     plans: Path,
     out: Path,
-    options: EngineOptions,
+    options: EngineSource,
     *,
     concurrency: int = 4,
     ray: str | None = None,
@@ -166,7 +166,8 @@ def run_batch_file(
         anyio.run(options.open().aclose)
     joined = False
     if ray:
-        from race.indexing.distributed import connect, run_batch_on_ray, shutdown
+        from race.evaluation.batch_ray import run_batch_on_ray
+        from race.indexing.distributed import connect, shutdown
 
         joined = connect(ray)
     try:

@@ -28,7 +28,7 @@ from race.evaluation.stats import MEASURES, EvalReport, WorkOrder, score_runs
 from rsc import InputError, Record
 
 if TYPE_CHECKING:
-    from race.engine import Engine
+    from race.evaluation.batch import Runner
     from race.receipt import Receipt
 
 STRATEGIES: dict[str, str] = {
@@ -216,7 +216,7 @@ def work_orders(
 
 
 async def evaluate(
-    engine: Engine,
+    engine: Runner,
     queries: Sequence[EvalQuery],
     judgments: Sequence[Judgment],
     *,

@@ -11,7 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from race.schemas import attribute_docs, document_schema
+from race.evidence.described import attribute_docs, document_schema
 
 REFERENCES: dict[str, tuple[str, str]] = {
     "plan": (

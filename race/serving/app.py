@@ -3,7 +3,7 @@ of work slots with a bounded queue, the request limits, the injected faults, and
 answer for every failure (unknown path 404, wrong method 405, anything unexpected 500).
 
 ``GET /v1/contracts`` and ``POST /v1/scan`` answer byte for byte what the protocol
-documents (``docs/remote-protocol.md``); the service behind them is ``race.serving.serve.IndexService``.
+documents (``docs/remote-protocol.md``); the service behind them is ``race.serving.service.IndexService``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from race.serving.http import TRANSPORT_KEY
 from race.serving.limits import Limits, answer_headers, encode, error, error_body
 
 if TYPE_CHECKING:
-    from race.serving.serve import Faults, IndexService
+    from race.serving.service import Faults, IndexService
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
