@@ -89,7 +89,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[ExactMatrix, An
 
 
 def _fields(row: dict[str, Any]) -> dict[str, Any]:
-    """What a pushed filter is checked against on a hit (race/evidence/answers.py): metadata, identity."""
+    """What a pushed filter is checked against on a hit (race/run/answers.py): metadata, identity."""
     meta = {k: tuple(v) if isinstance(v, list) else v for k, v in row["meta"].items()}
     return {**meta, "doc_id": row["doc_id"], "chunk_id": row["chunk_id"]}
 

@@ -16,9 +16,10 @@ import pytest
 
 from backends.ingest.schema import RelationRole, RelationSpec, default_schema, load_schema
 from race.engine import Engine
+from race.receipt import Roles
 from race.run.freshness import stale_reasons
 from race.run.outcome import Item
-from race.run.roles import DEFAULT_ROLES, Roles, roles_of
+from race.run.roles import DEFAULT_ROLES, roles_of
 from rsc import EvidenceStatus, GapKind
 from tests.changelogs import CHANGELOGS, build, documents, edges, utc_day
 

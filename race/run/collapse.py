@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from planner import Obligation, ScanNode
 from planner.operators import Collapse
+from race.receipt import Collapsed, CollapsedCopy
 from race.run.context import RunContext
-from race.run.copies import Collapsed, CollapsedCopy
 from race.run.legs import Answer, failure_detail
 from race.run.outcome import Item, Outcome, gap
 from rsc import Gap, GapKind

@@ -11,10 +11,11 @@ from typing import TypeVar
 import anyio
 
 from planner import LogicalPlan, Obligation, OperatorNode, PhysicalNode, ScanNode, walk
+from race.receipt import Roles
 from race.run.freshness import Lineage
 from race.run.legs import Answer, LegRunner
 from race.run.outcome import Outcome
-from race.run.roles import DEFAULT_ROLES, Roles
+from race.run.roles import DEFAULT_ROLES
 
 _T = TypeVar("_T")
 

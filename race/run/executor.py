@@ -26,16 +26,16 @@ from race.receipt import (
     OperatorReceipt,
     Receipt,
     ReceiptFingerprints,
+    Roles,
 )
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
 from race.run.freshness import Lineage
-from race.run.legs import LegRecord, LegRunner
+from race.run.legs import LegRecord, LegRunner, ScanCache
 from race.run.obligations import answer, not_attempted
 from race.run.operators import OPERATORS
 from race.run.outcome import Outcome, sorted_gaps, status_of
-from race.run.roles import DEFAULT_ROLES, Roles
-from race.state.cache import ResultCache
+from race.run.roles import DEFAULT_ROLES
 from rsc import Contract, Gap, ObligationStatus, OperatorKind, fingerprint, weakest
 
 __all__ = ["Executor", "Lineage"]
@@ -49,7 +49,7 @@ class Executor:
         explain: Explain,
         adapters: Mapping[str, Adapter],
         generations: Mapping[str, str],
-        cache: ResultCache | None = None,
+        cache: ScanCache | None = None,
         lineage: Lineage | None = None,
         early_stop: bool = True,
         contracts: Mapping[str, Contract] | None = None,

@@ -17,9 +17,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from race.receipt import Roles
 from race.run.legs import failure_detail
 from race.run.outcome import Item, gap
-from race.run.roles import DEFAULT_ROLES, Roles
+from race.run.roles import DEFAULT_ROLES
 from rsc import EvidenceStatus, Gap, GapKind
 
 _STALE_STATUSES = frozenset({"superseded", "retracted"})

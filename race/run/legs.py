@@ -14,16 +14,24 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 
 from backends.base import UNKNOWN_GENERATION as UNKNOWN_GENERATION
 from backends.base import Adapter
 from planner import Generations, ScanNode
-from race.evidence.answers import screen
+from race.run.answers import screen
 from race.run.outcome import FAILURE_GAPS, gap
-from race.state.cache import ResultCache
 from rsc import BackendTimeout, Contract, Gap, GapKind, ScanRequest, ScanResult, SnapshotMoved, fingerprint
+
+
+class ScanCache(Protocol):
+    """Where a leg reads and keeps scan results by request key (``race.state.cache.ResultCache``)."""
+
+    def get(self, key: str) -> ScanResult | None: ...
+
+    def put(self, key: str, result: ScanResult) -> None: ...
 
 
 @dataclass
@@ -68,7 +76,7 @@ class LegRunner:
         deadline: float,
         deadline_ms: int,
         concurrency: int,
-        cache: ResultCache | None,
+        cache: ScanCache | None,
     ) -> None:
         self.adapters = adapters
         self.generations = generations

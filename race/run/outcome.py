@@ -13,8 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from race.receipt import Fusion
-from race.run.copies import Collapsed
+from race.receipt import Collapsed, Fusion
 from rsc import (
     EvidenceStatus,
     Gap,

@@ -18,27 +18,7 @@ from collections.abc import Iterable
 
 from backends.base import Adapter
 from backends.ingest.schema import CorpusSchema, FieldRole, RelationRole, default_schema
-from rsc import Record
-
-
-class Roles(Record):
-    status: str | None
-    """The field whose value ``superseded`` or ``retracted`` makes a document stale."""
-    date: str | None
-    """The field an age bound (``max_age_days``) and a date order read."""
-    authority: str | None
-    """The field that says how authoritative a source is."""
-    supersedes: tuple[str, ...] = ()
-    """Relations whose edge makes its target stale."""
-    superseded_by: tuple[str, ...] = ()
-    """Relations whose edge makes its source stale."""
-    derived_from: tuple[str, ...] = ()
-    """Relations that make one document a copy of another (origin components, I13)."""
-
-    def supersession(self) -> tuple[tuple[str, str], ...]:
-        """Each superseding relation with the direction, seen from the stale document, in which
-        its superseder lies: ``in`` for ``supersedes``, ``out`` for ``superseded_by``."""
-        return tuple(sorted([(r, "in") for r in self.supersedes] + [(r, "out") for r in self.superseded_by]))
+from race.receipt import Roles
 
 
 def roles_of(schema: CorpusSchema) -> Roles:
