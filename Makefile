@@ -33,4 +33,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -1,40 +1,11 @@
-"""Imports flow one way: race -> (planner, backends) -> rsc."""
+"""Rules for library code that no linter checks: no object identity, modules readable in one
+sitting, one module per physical operator. Import layering is tests/test_import_contracts.py's."""
 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
-
-import pytest
 
 from tests.conftest import ROOT
-
-FORBIDDEN = {
-    "rsc": {"race", "planner", "backends"},
-    "planner": {"race", "backends"},
-    "backends": {"race", "planner"},
-}
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
-
-
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_package_never_imports_upward(package: str) -> None:
-    offenders = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        bad = _imports(path) & FORBIDDEN[package]
-        if bad:
-            offenders.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
-    assert offenders == []
 
 
 def test_no_object_identity_in_library_code() -> None:
