@@ -1,4 +1,6 @@
-"""Backend adapters, one package per backend, each with its RSC files beside it."""
+"""Backend adapters, one package per backend, each with its RSC files beside it; ingestion
+(``backends.ingest``), embedding models (``backends.models``) and sharding (``backends.sharding``)
+in packages of their own, which the adapters import and which import no adapter."""
 
 from __future__ import annotations
 

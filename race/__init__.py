@@ -1,4 +1,7 @@
-"""The RACE runtime: executor, normalization, fusion, receipts, caches, replay, API and CLI.
+"""The RACE runtime: the engine and the public names, with a package per stage: the run
+(``race.run``), state (``race.state``), evidence tools (``race.evidence``), evaluation
+(``race.evaluation``), serving (``race.serving``), indexing and instances (``race.indexing``)
+and the command line (``race.cli``); docs/design.md describes each.
 
 The public names load on first use (PEP 562), so that ``race --help`` and other commands
 that need no backend do not import LanceDB, pyarrow or networkx."""

@@ -1,2 +1,2 @@
-"""Evidence tools over receipts: context packets (and their text), citation verification,
-answers checked against pushed filters, and the generated schema references."""
+"""Evidence tools over receipts: context packets (and their text), citation verification, and
+the reference documents generated from the documents' described JSON Schemas."""

@@ -1,3 +1,3 @@
-"""Indexing and instances: building and updating an index (locally or distributed), the
-bundled index, the catalog of attached instances and its contracts, attaching Milvus,
-opening the instances an engine reads, and their calibrations."""
+"""Indexing and instances: building and updating an index (locally, or embedding on Ray), the
+bundled index, calibration, the catalog of instances and its contract overrides, attaching
+Milvus, and opening the instances an engine reads."""
