@@ -114,7 +114,7 @@ class Instance(Record):
     contracts: dict[str, ContractOverride] = Field(default_factory=dict)
     """Overrides by the served contract id (``<name>.<kind>.<mode>``, or the kind's own id)."""
     shards: tuple[Annotated[str, Field(min_length=1)], ...] = ()
-    """A sharded instance (``backends.sharding.sharded``): one ``race index`` directory per shard, in order;
+    """A sharded instance (``backends.sharded``): one ``race index`` directory per shard, in order;
     tantivy or LanceDB indexes RACE built."""
 
     @model_validator(mode="after")
