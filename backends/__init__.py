@@ -1,4 +1,6 @@
-"""Backend adapters, one package per backend, each with its RSC files beside it."""
+"""Backend adapters, one package per backend, each with its RSC files beside it; ingestion
+(``backends.ingest``), embedding models (``backends.models``) and sharding (``backends.sharding``)
+in packages of their own, which the adapters import and which import no adapter."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Adapter, Progress, blocking, custody_hit, load_contracts_beside
-from backends.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
+from backends.ingest.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
 from rsc import Contract
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 import anyio.to_thread
 from pydantic import TypeAdapter
 
-from backends.corpus import Corpus
-from backends.schema import CorpusSchema
+from backends.ingest.corpus import Corpus
+from backends.ingest.schema import CorpusSchema
 from rsc import (
     BackendStatistics,
     Calibration,

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from backends.schema import ORDERED_TYPES, CorpusSchema
+from backends.ingest.schema import ORDERED_TYPES, CorpusSchema
 from rsc import Contract, FilterOp, FilterSupport, canonical_pretty, load_contract
 
 IDENTITY_FIELDS = ("chunk_id", "doc_id")
@@ -62,7 +62,7 @@ def read_contracts(folder: Path) -> tuple[Contract, ...] | None:
 
 def schema_of(manifest: dict[str, object]) -> CorpusSchema:
     """The corpus schema an adapter's own manifest records (the default for older indexes)."""
-    from backends.schema import default_schema
+    from backends.ingest.schema import default_schema
 
     raw = manifest.get("schema")
     return CorpusSchema.model_validate(raw) if isinstance(raw, dict) else default_schema()

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import Field, TypeAdapter
 
 from backends.base import Adapter, Progress, request_fingerprint
-from backends.corpus import Corpus
+from backends.ingest.corpus import Corpus
 from rsc import BackendUnavailable, Contract, Hit, Record, ScanRequest, ScoreKind
 
 _COLUMN = Annotated[str, Field(min_length=1)]

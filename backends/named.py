@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Self
 
 from backends.base import Adapter, Progress, request_fingerprint
-from backends.corpus import Corpus
+from backends.ingest.corpus import Corpus
 from rsc import BackendStatistics, BackendUnavailable, Calibration, Contract, ScanRequest, ScanResult
 
 

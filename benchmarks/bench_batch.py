@@ -22,11 +22,12 @@ from typing import Any
 
 import orjson
 
-from race.batch import EngineOptions, LineResult, plan_lines
-from race.batch_file import run_batch_file
-from race.bundled import BUNDLED_CORPUS
 from race.engine import Engine
-from race.indexing import build_index
+from race.evaluation.batch import LineResult, plan_lines
+from race.evaluation.batch_file import run_batch_file
+from race.indexing.bundled import BUNDLED_CORPUS
+from race.indexing.indexing import build_index
+from race.options import EngineOptions
 
 HERE = Path(__file__).parent
 PLANS = sorted((HERE.parent / "fixtures" / "plans").glob("*.json"))
@@ -81,7 +82,8 @@ def main() -> int:
 
     import ray
 
-    from race.distributed import build_index_on_ray, run_batch_on_ray
+    from race.evaluation.batch_ray import run_batch_on_ray
+    from race.indexing.distributed import build_index_on_ray
 
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024)

@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backends.corpus import Chunk, Corpus
-from backends.embedding import EmbedderIdentity
+from backends.ingest.corpus import Chunk, Corpus
 from backends.lancedb.adapter import LanceAdapter
+from backends.models.embedding import EmbedderIdentity
 from benchmarks.bench_filtered_vectors import Mixture
 from race.engine import Engine
 from race.receipt import Receipt

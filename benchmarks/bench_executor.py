@@ -33,9 +33,9 @@ import anyio.to_thread
 
 from backends import Adapter
 from planner import scans
-from race.bundled import ensure_bundled_index
-from race.cache import ResultCache
 from race.engine import Engine
+from race.indexing.bundled import ensure_bundled_index
+from race.state.cache import ResultCache
 from rsc import Contract, ScanRequest, ScanResult, parse_contract
 
 OUT = Path(__file__).parent / "out"

@@ -31,9 +31,9 @@ from typing import Any
 import anyio
 import networkx as nx
 
-from backends.corpus import EDGE_RELATIONS
 from backends.graph import GraphAdapter
 from backends.graph.traverse import bounded_reach
+from backends.ingest.corpus import EDGE_RELATIONS
 from rsc import GraphPattern, Query, ScanRequest
 
 OUT = Path(__file__).parent / "out"

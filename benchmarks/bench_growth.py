@@ -22,7 +22,7 @@ of 384-d unit vectors; query vectors come from the same mixture through an injec
 stub, seeded by the query text. Queries are three words of a random paragraph. The indexes
 are built once into ``--cache`` (default ``/tmp/race-bench-growth``) and reused.
 
-Sharded. When ``backends.sharded`` is present, the 100k table is also served as 2 and 4
+Sharded. When ``backends.sharding.sharded`` is present, the 100k table is also served as 2 and 4
 local shards (``ShardedAdapter``, every k-th block of 10k rows per shard, the same rows in
 all) and the same four query types are measured against it in the same run.
 
@@ -73,8 +73,8 @@ from benchmarks.growth_index import (
     shard_blocks,
     text_sources,
 )
-from race.cache import ResultCache
 from race.engine import Engine
+from race.state.cache import ResultCache
 from rsc import canonical_pretty, fingerprint
 
 OUT = Path(__file__).parent / "out"
@@ -117,7 +117,7 @@ def local_engine(folder: Path, embedder: SyntheticEmbedder) -> Engine:
 
 
 def sharded_engine(folders: Sequence[Path], embedder: SyntheticEmbedder) -> Engine:
-    from backends.sharded import ShardedAdapter
+    from backends.sharding.sharded import ShardedAdapter
 
     adapters: dict[str, Adapter] = {
         "lancedb": ShardedAdapter("lancedb", [LanceAdapter.open(f, embedder=embedder) for f in folders]),
@@ -192,7 +192,7 @@ def query_texts(pool: TextPool, queries: int, salt: int) -> dict[str, list[str]]
 
 def _ray_shards_available() -> bool:
     try:
-        import backends.sharded_ray  # noqa: F401
+        import backends.sharding.ray  # noqa: F401
     except ImportError:
         return False
     return True
@@ -200,18 +200,18 @@ def _ray_shards_available() -> bool:
 
 def sharded_available() -> bool:
     try:
-        import backends.sharded  # noqa: F401
+        import backends.sharding.sharded  # noqa: F401
     except ImportError:
         return False
     return True
 
 
 def ray_sharded_engine(folders: Sequence[Path]) -> Engine:
-    """BM25 shards each opened and scanned in a Ray actor (``backends.sharded_ray.RayShard``).
+    """BM25 shards each opened and scanned in a Ray actor (``backends.sharding.ray.RayShard``).
     Only tantivy: a Ray shard opens LanceDB with the model, and these tables' vectors are not
     the model's."""
-    from backends.sharded import ShardedAdapter
-    from backends.sharded_ray import RayShard
+    from backends.sharding.ray import RayShard
+    from backends.sharding.sharded import ShardedAdapter
 
     return Engine({"tantivy": ShardedAdapter("tantivy", [RayShard(TantivyAdapter, f) for f in folders])})
 
@@ -293,8 +293,8 @@ def write_corpus(pool: TextPool, docs: int, folder: Path) -> Path:
 def run_ray(pool: TextPool, docs: int, plans_per_kind: int, log: Callable[[str], None]) -> dict[str, Any]:
     import ray
 
-    from race.distributed import build_index_on_ray
-    from race.indexing import build_index
+    from race.indexing.distributed import build_index_on_ray
+    from race.indexing.indexing import build_index
 
     work = Path(tempfile.mkdtemp(prefix="race-bench-growth-ray-"))
     try:
@@ -338,8 +338,8 @@ def run_ray(pool: TextPool, docs: int, plans_per_kind: int, log: Callable[[str],
 
 def _batch_overhead(pool: TextPool, index: Path, plans_per_kind: int, log: Callable[[str], None]) -> dict[str, Any]:
     """``race batch``'s two ways of running plan lines, timed with warm engines on both sides:
-    one local engine running ``race.batch.run_line`` 2 at a time (``run_outcomes``, as
-    ``race batch`` does), and 2 Ray actors (``race.distributed.PlanRunner``, the body of
+    one local engine running ``race.evaluation.batch.run_line`` 2 at a time (``run_outcomes``, as
+    ``race batch`` does), and 2 Ray actors (``race.evaluation.batch_ray.PlanRunner``, the body of
     ``race batch --ray``'s actors) fed as ``run_batch_on_ray`` feeds them (2 queued per actor,
     records taken as they come). Each side first runs one warm-up plan per engine, so that
     neither the actors' start (each opens an engine and loads the model) nor the first model
@@ -347,8 +347,9 @@ def _batch_overhead(pool: TextPool, index: Path, plans_per_kind: int, log: Calla
     import orjson
     import ray
 
-    from race.batch import EngineOptions, LineResult, plan_lines, run_line, run_outcomes
-    from race.distributed import PlanRunner
+    from race.evaluation.batch import LineResult, plan_lines, run_line, run_outcomes
+    from race.evaluation.batch_ray import PlanRunner
+    from race.options import EngineOptions
 
     texts = query_texts(pool, plans_per_kind, 99)
     warm = plan_lines([orjson.dumps(plan_for(k, texts[k][0])) for k in ("exact_filtered", "hybrid")])
@@ -417,14 +418,14 @@ def _feed(actors: Sequence[Any], items: Sequence[Any]) -> dict[int, Any]:
 
 
 def _normal(record: bytes) -> bytes:
-    from race.batch import receipt_of
+    from race.evaluation.batch import receipt_of
 
     receipt = receipt_of(record)
     return receipt.normalized_bytes() if receipt is not None else record
 
 
 def _gap_kinds(*records: bytes) -> set[str]:
-    from race.batch import receipt_of
+    from race.evaluation.batch import receipt_of
 
     kinds: set[str] = set()
     for record in records:
@@ -604,10 +605,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     sharded = [r for r in report["queries"] if r["layout"] != "local"]
     if sharded:
         lines.append(
-            f"Sharded rows: the {SHARDED_SCALE:,}-chunk table split into local shards (`backends.sharded."
+            f"Sharded rows: the {SHARDED_SCALE:,}-chunk table split into local shards (`backends.sharding.sharded."
             "ShardedAdapter`, every n-th block of 10k rows per shard), scatter-gather with an exact top-k merge; "
             "`n shards` are in-process shards, `n shards, Ray actors` are tantivy shards each opened and scanned in "
-            "a Ray actor (`backends.sharded_ray.RayShard`, `ray.init(num_cpus=2)`), BM25 only: a Ray shard opens "
+            "a Ray actor (`backends.sharding.ray.RayShard`, `ray.init(num_cpus=2)`), BM25 only: a Ray shard opens "
             "LanceDB with the model, and these tables' vectors are synthetic. Sharded BM25 ranks by per-shard "
             "BM25 (each shard's own IDF), so its top-k can differ from one index's."
         )
@@ -680,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick or args.no_shards or SHARDED_SCALE not in scales:
         sharded_note = "skipped in this run (--quick, --no-shards, or no 100k scale)"
     elif not sharded_available():
-        sharded_note = "backends.sharded is not in this tree"
+        sharded_note = "backends.sharding.sharded is not in this tree"
     else:
         shards = SHARDS
     ray_shards = bool(shards) and not args.no_ray_shards and _ray_shards_available()

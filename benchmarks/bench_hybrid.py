@@ -21,8 +21,8 @@ import lancedb
 from lancedb.index import FTS
 
 from backends.lancedb.query import TABLE, VECTOR
-from race.cache import ResultCache
 from race.engine import Engine
+from race.state.cache import ResultCache
 
 QUERY = "the broker ran out of memory and was killed"
 FILTER_SQL = "doc_type = 'incident'"

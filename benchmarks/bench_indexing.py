@@ -49,10 +49,10 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from backends.corpus import Chunking, load_corpus
-from backends.embed_batch import Parallel, cores, embed_distinct
-from backends.embedding import MiniLMEmbedder, token_counter
+from backends.ingest.corpus import Chunking, load_corpus
 from backends.lancedb.build import chunk_text
+from backends.models.embed_batch import Parallel, cores, embed_distinct
+from backends.models.embedding import MiniLMEmbedder, token_counter
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -139,8 +139,8 @@ def old_path(texts: list[str], embedder: MiniLMEmbedder) -> np.ndarray:
 def update_figures(corpus_file: Path, work: Path) -> dict[str, Any]:
     """``race index --update`` after editing two documents, deleting one and adding one (a
     copy of an existing entry under a new package) against a whole build of the edited corpus."""
-    from race.index_update import update_index
-    from race.indexing import build_index
+    from race.indexing.indexing import build_index
+    from race.indexing.update import update_index
 
     index = work / "index"
     build_index(corpus_file, index)

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from race.bundled import ensure_bundled_index
 from race.engine import Engine
+from race.indexing.bundled import ensure_bundled_index
 
 OUT = Path(__file__).parent / "out"
 RESULTS = Path(__file__).parent / "results"

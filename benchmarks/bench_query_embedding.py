@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.embedding import MiniLMEmbedder, QueryVectors, default_model_dir
-from race.bundled import BUNDLED_CORPUS
+from backends.models.embedding import MiniLMEmbedder, QueryVectors, default_model_dir
+from race.indexing.bundled import BUNDLED_CORPUS
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent

@@ -35,8 +35,8 @@ import numpy as np
 from backends.remote import RemoteAdapter
 from backends.tantivy import TantivyAdapter
 from benchmarks.growth_index import TextPool, text_sources
-from race.cache import ResultCache
 from race.engine import Engine
+from race.state.cache import ResultCache
 from rsc import canonical_pretty
 
 OUT = Path(__file__).parent / "out"
@@ -70,7 +70,7 @@ def _chunk_ids(index: Path, n: int) -> list[str]:
     return [str(ids[int(i)]) for i in rng.integers(len(ids), size=n)]
 
 
-_RACE = (sys.executable, "-c", "from race.cli import main; raise SystemExit(main())")
+_RACE = (sys.executable, "-c", "from race.cli.main import main; raise SystemExit(main())")
 
 
 def _serve(index: Path) -> tuple[subprocess.Popen[str], str]:

@@ -138,9 +138,9 @@ def build_corpus() -> int:
 
 
 def build_vectors() -> int:
-    from backends.corpus import Chunking, load_corpus
-    from backends.embedding import MiniLMEmbedder, token_counter
+    from backends.ingest.corpus import Chunking, load_corpus
     from backends.lancedb.build import chunk_text
+    from backends.models.embedding import MiniLMEmbedder, token_counter
 
     corpus = load_corpus(CORPUS, chunking=Chunking(tokens=token_counter()))
     texts = [chunk_text(c) for c in corpus.chunks]
@@ -162,7 +162,7 @@ def build_vectors() -> int:
 def build_queries() -> int:
     """Queries from text outside the corpus: the newest changelog entry of every other package
     the corpus skipped (up to ``QUERY_CHARS`` characters), embedded."""
-    from backends.embedding import MiniLMEmbedder
+    from backends.models.embedding import MiniLMEmbedder
 
     texts = []
     for folder in _packages()[1::2][::3]:

@@ -43,21 +43,21 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from backends.corpus import Chunk, Corpus
-from backends.embedding import EmbedderIdentity, FloatArray
 from backends.generated import generate_contracts, schema_json, write_contracts
+from backends.ingest.corpus import Chunk, Corpus
+from backends.ingest.schema import default_schema, schema_document
 from backends.lancedb.adapter import LanceAdapter
 from backends.lancedb.build import _scalar_index, ann_index_config, ann_nprobes, ann_partitions, chunk_rows
 from backends.lancedb.exact import EXACT_DIR
 from backends.lancedb.matrix import SCHEMA_VERSION as MATRIX_SCHEMA
 from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import IDENTITY_FIELDS, MANIFEST, TABLE, VECTOR, VECTOR_INDEX
-from backends.schema import default_schema, schema_document
+from backends.models.embedding import EmbedderIdentity, FloatArray
 from backends.tantivy.adapter import TantivyAdapter
 from benchmarks.bench_filtered_vectors import DIMS, LATENT_DIMS, Mixture
-from race.indexing import INDEX_SCHEMA_VERSION
-from race.indexing import MANIFEST as INDEX_MANIFEST
-from race.indexing import SCHEMA as INDEX_SCHEMA
+from race.indexing.indexing import INDEX_SCHEMA_VERSION
+from race.indexing.indexing import MANIFEST as INDEX_MANIFEST
+from race.indexing.indexing import SCHEMA as INDEX_SCHEMA
 from rsc import fingerprint
 
 BLOCK = 10_000

@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from backends.embedding import EmbedderIdentity
+from backends.models.embedding import EmbedderIdentity
 
 ROOT: Final = Path(__file__).resolve().parent.parent / "fixtures" / "realtext"
 CORPUS: Final = ROOT / "corpus"
@@ -73,7 +73,7 @@ class StoredEmbedder:
 
 def build_realtext_index(out: Path) -> Path:
     """``race index`` of the fixture corpus into ``out``, vectors from the committed file."""
-    from race.indexing import build_index
+    from race.indexing.indexing import build_index
 
     build_index(CORPUS, out, embedder=StoredEmbedder())
     return out

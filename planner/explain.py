@@ -113,7 +113,7 @@ def _render_node(node: PhysicalNode, depth: int, lines: list[str], generations: 
 
 def scatter_of(generation: str) -> list[str]:
     """``label=generation`` of each shard a sharded instance's generation names (its form is
-    ``sharded(s0=<gen>; s1=<gen>)``, ``backends.sharded``); ``[]`` for any other backend."""
+    ``sharded(s0=<gen>; s1=<gen>)``, ``backends.sharding.sharded``); ``[]`` for any other backend."""
     if not (generation.startswith("sharded(") and generation.endswith(")")):
         return []
     return generation[len("sharded(") : -1].split("; ")

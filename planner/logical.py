@@ -7,7 +7,9 @@ canonical form whose fingerprint identifies the plan whatever the key order of i
 
 from __future__ import annotations
 
+import os
 import weakref
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -103,6 +105,11 @@ class LogicalPlan(Record):
 
     def operator(self, node_id: str) -> LogicalOperator | None:
         return next((o for o in self.operators if o.id == node_id), None)
+
+
+PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | os.PathLike[str]
+"""A plan as a caller gives one: parsed, as its JSON object, a path to its file (``str`` or
+``PathLike``), or its JSON text as ``bytes``."""
 
 
 def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:

@@ -3,20 +3,31 @@ no cycle, a bounded depth, every node reachable from the root."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from planner.operators import JoinOp, LogicalOperator, Obligation, OpposeOp
 from rsc import BoundExceeded, DanglingReference, PlanCycleError, PlanError
 
-if TYPE_CHECKING:
-    from planner.logical import LogicalPlan
+
+class PlanGraph(Protocol):
+    """The nodes and root of a plan, as the checks read them (a ``LogicalPlan`` is one)."""
+
+    @property
+    def obligations(self) -> Sequence[Obligation]: ...
+
+    @property
+    def operators(self) -> Sequence[LogicalOperator]: ...
+
+    @property
+    def root(self) -> str: ...
 
 # The longest root-to-leaf chain: a physical plan nests one level per node, and the
 # pydantic's serializer and the executor's recursion stop a few dozen levels past this.
 MAX_DEPTH_CEILING = 208
 
 
-def check_graph(plan: LogicalPlan, *, where: str = "plan") -> None:
+def check_graph(plan: PlanGraph, *, where: str = "plan") -> None:
     """Ids unique, every reference resolves, no operator names one input twice, no cycle, the
     root reaches every node."""
     ids: dict[str, str] = {}

@@ -1,4 +1,7 @@
-"""The RACE runtime: executor, normalization, fusion, receipts, caches, replay, API and CLI.
+"""The RACE runtime: the engine and the public names, with a package per stage: the run
+(``race.run``), state (``race.state``), evidence tools (``race.evidence``), evaluation
+(``race.evaluation``), serving (``race.serving``), indexing and instances (``race.indexing``)
+and the command line (``race.cli``); docs/design.md describes each.
 
 The public names load on first use (PEP 562), so that ``race --help`` and other commands
 that need no backend do not import LanceDB, pyarrow or networkx."""
@@ -11,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 from race.version import __version__
 
 if TYPE_CHECKING:
-    from race.bundled import bundled_index_dir, ensure_bundled_index
     from race.engine import Engine, known_contracts, load_statistics
-    from race.fusion import RRF_K, rrf
-    from race.indexing import build_index, read_manifest
+    from race.indexing.bundled import bundled_index_dir, ensure_bundled_index
+    from race.indexing.indexing import build_index, read_manifest
     from race.receipt import (
         RECEIPT_SCHEMA_VERSION,
         CoverageSummary,
@@ -27,10 +29,11 @@ if TYPE_CHECKING:
         Receipt,
         receipt_json_schema,
     )
+    from race.run.fusion import RRF_K, rrf
 
 _HOMES = {
     "RECEIPT_SCHEMA_VERSION": "race.receipt",
-    "RRF_K": "race.fusion",
+    "RRF_K": "race.run.fusion",
     "CoverageSummary": "race.receipt",
     "Engine": "race.engine",
     "EvidenceItem": "race.receipt",
@@ -40,14 +43,14 @@ _HOMES = {
     "Operational": "race.receipt",
     "OperatorReceipt": "race.receipt",
     "Receipt": "race.receipt",
-    "build_index": "race.indexing",
-    "bundled_index_dir": "race.bundled",
-    "ensure_bundled_index": "race.bundled",
+    "build_index": "race.indexing.indexing",
+    "bundled_index_dir": "race.indexing.bundled",
+    "ensure_bundled_index": "race.indexing.bundled",
     "known_contracts": "race.engine",
     "load_statistics": "race.engine",
-    "read_manifest": "race.indexing",
+    "read_manifest": "race.indexing.indexing",
     "receipt_json_schema": "race.receipt",
-    "rrf": "race.fusion",
+    "rrf": "race.run.fusion",
 }
 
 

@@ -1,5 +1,5 @@
 """The ``race`` console script and ``python -m race``: ``race --version`` answers from the
-version string alone; every other command loads the command line (``race.cli``)."""
+version string alone; every other command loads the command line (``race.cli.main``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ["--version"]:
         sys.stdout.write(f"race {__version__}\n")
         return 0
-    from race.cli import main as cli_main
+    from race.cli.main import main as cli_main
 
     return cli_main(args)
 

@@ -13,29 +13,24 @@ from typing import Any, ParamSpec, TypeVar, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
-from race.batch import PlanFailure
-from race.bundled import ensure_bundled_index
-from race.cache import PlanCache, ResultCache
-from race.executor import Executor, Lineage
-from race.indexing import absent_contracts, check_plan_filters
-from race.instances import connect_remotes as connect_remotes
-from race.instances import index_adapters, open_catalog
-from race.instances import known_contracts as known_contracts
-from race.instances import load_statistics as load_statistics
-from race.legs import UNKNOWN_GENERATION
+from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from race.evaluation.batch import PlanFailure, run_many
+from race.indexing.bundled import ensure_bundled_index
+from race.indexing.indexing import absent_contracts, check_plan_filters
+from race.indexing.instances import connect_remotes as connect_remotes
+from race.indexing.instances import index_adapters, open_catalog
+from race.indexing.instances import known_contracts as known_contracts
+from race.indexing.instances import load_statistics as load_statistics
 from race.portal import LoopThread
 from race.receipt import Operational, Receipt
-from race.retain import RunRecorder
-from race.roles import index_roles
+from race.run.executor import Executor, Lineage
+from race.run.legs import UNKNOWN_GENERATION
+from race.run.roles import index_roles
 from race.search import KindName, StrategyName, WhereInput, plan_for_search
-from race.snapshots import backends_read, modes_read, pin_snapshots
+from race.state.cache import PlanCache, ResultCache
+from race.state.retain import RunRecorder
+from race.state.snapshots import backends_read, modes_read, pin_snapshots
 from rsc import Contract, GapKind, InputError, calibrated, most_specific
-
-PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | os.PathLike[str]
-"""A plan: a ``LogicalPlan``, its dict, a path to its file (``str`` or ``PathLike``), or its JSON
-text as ``bytes``."""
-
 
 SETUP_TIMEOUT_S = 120.0
 """How long ``warm`` waits for the backends' set-up before the run starts anyway (a backend still
@@ -140,7 +135,7 @@ class Engine:
 
     @classmethod
     def from_catalog(cls, catalog: str | os.PathLike[str], *, cache_dir: Path | None = None, **options: Any) -> Engine:
-        """The named instances of a catalog file, ``race.catalog/1`` (``race.instances.open_catalog``)."""
+        """The named instances of a catalog file, ``race.catalog/1`` (``race.indexing.instances.open_catalog``)."""
         return cls(open_catalog(Path(catalog)), result_cache=ResultCache(directory=cache_dir), **options)
 
     async def aclose(self) -> None:
@@ -441,14 +436,13 @@ class Engine:
     async def run_many(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         """Every plan's receipt (the same normalized bytes as ``run``) or its failure, in the
         order given, ``concurrency`` plans at once; one plan's failure never stops another."""
-        from race.batch import run_many
-
         return await run_many(self, plans, concurrency=concurrency)
 
     async def evaluate(self, queries: Any, judgments: Any, **options: Any) -> Any:
         """Score retrieval strategies (and labelled plans) over a query set against graded
-        judgments: an ``EvalReport`` (see ``race.evaluate.evaluate`` for the options)."""
-        from race.evaluate import evaluate
+        judgments: an ``EvalReport`` (see ``race.evaluation.evaluate.evaluate`` for the options)."""
+        # Imported here: the measures and their statistics are only an evaluation's.
+        from race.evaluation.evaluate import evaluate
 
         return await evaluate(self, queries, judgments, **options)
 
@@ -457,7 +451,7 @@ class Engine:
         """Re-execute a retained run's recorded physical plan from its artifacts only (I8): no
         network, no index, no result cache. Fails closed (``ReplayError``) on a missing or
         altered artifact, or if the replayed normalized receipt differs from the recorded one."""
-        from race.replay import ReplaySession, load_receipt
+        from race.state.replay import ReplaySession, load_receipt
 
         started = time.monotonic()
         recorded = load_receipt(receipt) if isinstance(receipt, Path) else receipt

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from race.copies import Collapsed
-from race.roles import Roles
 from rsc import (
     CanonicalFloat,
     EvidenceStatus,
@@ -36,6 +34,61 @@ if TYPE_CHECKING:
     import pyarrow
 
 RECEIPT_SCHEMA_VERSION = "race.receipt/1"
+
+
+class CollapsedCopy(Record):
+    """One collapsed copy: which evidence unit it was, where it was ranked, and its custody."""
+
+    key: str
+    """The copy's evidence key."""
+    doc_id: str
+    """Its document."""
+    rank: int
+    """Its position in the ranking that was collapsed (1 is first)."""
+    status: EvidenceStatus
+    """Its evidence status."""
+    chunk_id: str
+    """Its chunk."""
+    source_path: str | None
+    """Custody of its first hit, as the hit gives it (``null`` where its source has none)."""
+    line_start: int | None
+    """Its first line in the source file."""
+    line_end: int | None
+    """Its last line in the source file."""
+    source_hash: str | None
+    """``sha256:<hex>`` of its source file."""
+
+
+class Collapsed(Record):
+    """The copies an item stands for: those with its text (``content``, ``group`` the sha256
+    of that text) or of its origin component (``origin``, ``group`` the origin's id)."""
+
+    by: Literal["content", "origin"]
+    """``content`` (identical text) or ``origin`` (one origin component)."""
+    group: str
+    """The sha256 of the text, or the origin's id."""
+    copies: tuple[CollapsedCopy, ...]
+    """Every other member of the group, in rank order."""
+
+
+class Roles(Record):
+    status: str | None
+    """The field whose value ``superseded`` or ``retracted`` makes a document stale."""
+    date: str | None
+    """The field an age bound (``max_age_days``) and a date order read."""
+    authority: str | None
+    """The field that says how authoritative a source is."""
+    supersedes: tuple[str, ...] = ()
+    """Relations whose edge makes its target stale."""
+    superseded_by: tuple[str, ...] = ()
+    """Relations whose edge makes its source stale."""
+    derived_from: tuple[str, ...] = ()
+    """Relations that make one document a copy of another (origin components, I13)."""
+
+    def supersession(self) -> tuple[tuple[str, str], ...]:
+        """Each superseding relation with the direction, seen from the stale document, in which
+        its superseder lies: ``in`` for ``supersedes``, ``out`` for ``superseded_by``."""
+        return tuple(sorted([(r, "in") for r in self.supersedes] + [(r, "out") for r in self.superseded_by]))
 
 
 class Lineage(Record):

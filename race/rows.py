@@ -9,15 +9,32 @@ table of hits is never read without what was not searched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rsc import canonical_data, canonical_json, dumps_canonical
+from pydantic import BaseModel
+
+from rsc import Gap, canonical_data, canonical_json, dumps_canonical
 
 if TYPE_CHECKING:
     import pandas
     import pyarrow
 
-    from race.receipt import Receipt
+
+class Receipt(Protocol):
+    """What the rows read of a receipt (``race.receipt.Receipt``, which calls them)."""
+
+    @property
+    def evidence(self) -> Sequence[Any]: ...
+    @property
+    def gaps(self) -> Sequence[Gap]: ...
+    @property
+    def coverage(self) -> BaseModel: ...
+    @property
+    def obligations(self) -> Sequence[Any]: ...
+    @property
+    def fingerprints(self) -> Any: ...
+
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("rank", "int64"),

@@ -8,7 +8,6 @@ from rsc.calibration import (
     Calibration,
     RecallBucket,
     bucket_of,
-    calibrated,
 )
 from rsc.canonical import (
     CanonicalFloat,
@@ -28,6 +27,7 @@ from rsc.contract import (
     EarlyStopSpec,
     FilterSupport,
     SnapshotSpec,
+    calibrated,
     first_validation_error,
     load_contract,
     parse_contract,

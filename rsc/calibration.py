@@ -10,16 +10,12 @@ a point estimate; a bucket nobody measured promises nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import Field
 
 from rsc.canonical import CanonicalFloat, fingerprint
 from rsc.records import ExpectedRecall, Record
-from rsc.vocab import FilterSupportClass
-
-if TYPE_CHECKING:
-    from rsc.contract import Contract
 
 CALIBRATION_SCHEMA_VERSION = "race.calibration/1"
 
@@ -121,33 +117,3 @@ class Calibration(Record):
             return ExpectedRecall(recall=None, bucket=label, queries=0, k=self.k, calibration=fp)
         worst = min(applicable, key=lambda b: (b.lower_bound, b.queries))
         return ExpectedRecall(recall=worst.lower_bound, bucket=label, queries=worst.queries, k=self.k, calibration=fp)
-
-
-def calibrated(contract: Contract, calibration: Calibration) -> Contract:
-    """``contract`` with the recall measured on this index in place of the shipped figure.
-
-    The contract's own recall becomes the unfiltered bound; each ``native_filtered_ann``
-    field's recall the lowest bound measured for it (or for any filter, where the field was
-    not measured on its own). A field whose filtered recall measured zero can promise
-    nothing better than a postfilter, and says so."""
-    updates: dict[str, object] = {"calibration": calibration}
-    if calibration.unfiltered is not None and calibration.unfiltered.lower_bound > 0:
-        updates["coverage"] = contract.coverage.model_copy(update={"recall": calibration.unfiltered.lower_bound})
-    overall = min((b.lower_bound for b in calibration.buckets), default=None)
-    filters = {}
-    for name, support in contract.filters.items():
-        if support.support is not FilterSupportClass.NATIVE_FILTERED_ANN:
-            filters[name] = support
-            continue
-        bound = calibration.field_floor(name)
-        bound = overall if bound is None else bound if overall is None else min(bound, overall)
-        if bound is None:
-            filters[name] = support
-        elif bound <= 0:
-            filters[name] = support.model_copy(
-                update={"support": FilterSupportClass.POSTFILTER_ONLY, "recall": None, "profile": None}
-            )
-        else:
-            filters[name] = support.model_copy(update={"recall": bound})
-    updates["filters"] = filters
-    return contract.model_copy(update=updates)

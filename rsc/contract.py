@@ -223,3 +223,33 @@ def first_validation_error(exc: ValidationError) -> str:
     elif err["type"] == "missing":
         message = "required field is missing"
     return f"field '{loc}': {message}"
+
+
+def calibrated(contract: Contract, calibration: Calibration) -> Contract:
+    """``contract`` with the recall measured on this index in place of the shipped figure.
+
+    The contract's own recall becomes the unfiltered bound; each ``native_filtered_ann``
+    field's recall the lowest bound measured for it (or for any filter, where the field was
+    not measured on its own). A field whose filtered recall measured zero can promise
+    nothing better than a postfilter, and says so."""
+    updates: dict[str, object] = {"calibration": calibration}
+    if calibration.unfiltered is not None and calibration.unfiltered.lower_bound > 0:
+        updates["coverage"] = contract.coverage.model_copy(update={"recall": calibration.unfiltered.lower_bound})
+    overall = min((b.lower_bound for b in calibration.buckets), default=None)
+    filters = {}
+    for name, support in contract.filters.items():
+        if support.support is not FilterSupportClass.NATIVE_FILTERED_ANN:
+            filters[name] = support
+            continue
+        bound = calibration.field_floor(name)
+        bound = overall if bound is None else bound if overall is None else min(bound, overall)
+        if bound is None:
+            filters[name] = support
+        elif bound <= 0:
+            filters[name] = support.model_copy(
+                update={"support": FilterSupportClass.POSTFILTER_ONLY, "recall": None, "profile": None}
+            )
+        else:
+            filters[name] = support.model_copy(update={"recall": bound})
+    updates["filters"] = filters
+    return contract.model_copy(update=updates)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from race.indexing import build_index
+from race.indexing.indexing import build_index
 from tests.conftest import FIXTURES
 
 CHANGELOGS = FIXTURES / "changelogs"

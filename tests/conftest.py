@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from backends import Adapter
-from race.bundled import BUNDLED_CORPUS
 from race.engine import Engine
-from race.indexing import build_index
+from race.indexing.bundled import BUNDLED_CORPUS
+from race.indexing.indexing import build_index
 from rsc import BackendUnavailable, Contract, ScanRequest, ScanResult
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from race.cli import main
+from race.cli.main import main
 from tests.conftest import FIXTURES
 
 PLAN = str(FIXTURES / "plans" / "cascade_lexical.json")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from race.cli import main
+from race.cli.main import main
 from tests.conftest import FIXTURES, ROOT
 
 CASES = sorted((FIXTURES / "cases" / "bad_input").glob("*.json"))

@@ -12,9 +12,9 @@ import anyio
 import orjson
 import pytest
 
-from race.batch import PlanFailure, plan_lines, receipt_of, run_outcomes
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
+from race.evaluation.batch import PlanFailure, plan_lines, receipt_of, run_outcomes
 from race.receipt import Receipt
 from tests.conftest import FIXTURES
 
@@ -178,12 +178,12 @@ def test_cli_and_local_batch_never_import_ray(index_dir: Path, tmp_path: Path) -
     plans.write_bytes(orjson.dumps(json.loads(PLANS[0].read_text())) + b"\n")
     script = (
         "import sys, contextlib, io\n"
-        "import race.cli\n"
+        "import race.cli.main\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-        "    race.cli.main(['--help'])\n"
+        "    race.cli.main.main(['--help'])\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-        "    race.cli.main(['batch', '--help'])\n"
-        f"assert race.cli.main(['batch', {str(plans)!r}, '--out', {str(tmp_path / 'out.jsonl')!r},"
+        "    race.cli.main.main(['batch', '--help'])\n"
+        f"assert race.cli.main.main(['batch', {str(plans)!r}, '--out', {str(tmp_path / 'out.jsonl')!r},"
         f" '--index', {str(index_dir)!r}]) == 0\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
     )

@@ -14,9 +14,10 @@ import orjson
 import pytest
 import ray  # the race[ray] extra, which `make` installs
 
-from race.batch import EngineOptions, LineResult, plan_lines, receipt_of
-from race.batch_file import run_batch_file
-from race.cli import main
+from race.cli.main import main
+from race.evaluation.batch import LineResult, plan_lines, receipt_of
+from race.evaluation.batch_file import run_batch_file
+from race.options import EngineOptions
 from tests.conftest import FIXTURES
 
 PLANS = sorted((FIXTURES / "plans").glob("*.json"))
@@ -65,7 +66,7 @@ def test_ray_batch_records_equal_local_batch_records(cluster: None, index_dir: P
 
 
 def test_a_task_ray_cannot_run_is_that_plans_error_record(cluster: None, tmp_path: Path) -> None:
-    from race.distributed import run_batch_on_ray
+    from race.evaluation.batch_ray import run_batch_on_ray
 
     items = plan_lines([orjson.dumps(json.loads(p.read_text())) for p in PLANS[:3]])
     got: list[LineResult] = []
@@ -102,7 +103,7 @@ def test_an_index_embedded_on_ray_equals_the_local_build(
     import lancedb
 
     from backends.lancedb.query import TABLE
-    from race.indexing import build_index
+    from race.indexing.indexing import build_index
 
     corpus = small_corpus(tmp_path)
     local = build_index(corpus, tmp_path / "local")

@@ -13,9 +13,9 @@ import anyio
 import numpy as np
 import pytest
 
-from race.catalog import index_catalog, parse_catalog
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
+from race.indexing.catalog import index_catalog, parse_catalog
 from race.receipt import Receipt
 from rsc import FilterSupportClass, InputError, dumps_canonical
 from tests.backends.attached import TABLE, build_attached_sources
@@ -233,7 +233,7 @@ def test_attached_tantivy_ranks_as_tantivy_does(attached_sources: dict[str, Any]
 def test_custody_fields_the_source_lacks_are_null_with_the_reason(
     attached_sources: dict[str, Any], tmp_path: Path
 ) -> None:
-    from race.verify import verify_receipt
+    from race.evidence.verify import verify_receipt
 
     engine = Engine.from_catalog(_catalog(tmp_path, _sources(attached_sources)))
     plan = json.loads((FIXTURES / "catalogs" / "attached_union.json").read_text())
@@ -357,7 +357,7 @@ def test_vectors_from_another_text_are_refused(attached_sources: dict[str, Any],
 
 def test_a_sharded_instance_is_declared_by_its_shard_directories(tmp_path: Path) -> None:
     from backends import load_corpus
-    from backends.sharded import ShardedAdapter
+    from backends.sharding.sharded import ShardedAdapter
     from backends.tantivy import TantivyAdapter
     from tests.test_sharded import SPEC, _part
 

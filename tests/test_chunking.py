@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.chunking import TokenCounter
-from backends.corpus import Chunk, Chunking, load_corpus
-from backends.embedding import MiniLMEmbedder, token_counter
+from backends.ingest.chunking import TokenCounter
+from backends.ingest.corpus import Chunk, Chunking, load_corpus
 from backends.lancedb.build import _truncation, chunk_text
+from backends.models.embedding import MiniLMEmbedder, token_counter
 from race.engine import Engine
-from race.indexing import build_index
+from race.indexing.indexing import build_index
 from tests.conftest import FIXTURES, ROOT
 
 

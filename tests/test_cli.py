@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from race.cli import main
+from race.cli.main import main
 from race.engine import known_contracts
 from tests.conftest import FIXTURES, ROOT
 

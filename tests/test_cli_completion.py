@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from race.cli import build_parser, main
+from race.cli.main import build_parser, main
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
 

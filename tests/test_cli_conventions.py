@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from race.cli import main
+from race.cli.main import main
 from tests.conftest import FIXTURES, ROOT
 
 PLAN = FIXTURES / "plans" / "cascade_lexical.json"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-import backends.embedding
-from race.bundled import BUNDLED_CORPUS
-from race.cli import main
+import backends.models.embedding
+from race.cli.main import main
 from race.engine import Engine
-from race.indexing import build_index
+from race.indexing.bundled import BUNDLED_CORPUS
+from race.indexing.indexing import build_index
 
 
 def _plan(query_class: str, text: str) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def test_a_vector_obligation_is_unsatisfied_naming_the_missing_model(cold_index:
 def test_without_the_model_the_index_is_lexical_with_a_notice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(backends.embedding, "default_model_dir", lambda: None)
+    monkeypatch.setattr(backends.models.embedding, "default_model_dir", lambda: None)
     notices: list[str] = []
     out = tmp_path / "index"
     generations = build_index(BUNDLED_CORPUS, out, notice=notices.append)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from planner import render_text
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
 from rsc import GapKind, GapSeverity
 from tests.changelogs import CHANGELOGS, build, documents, edges

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from backends.corpus import Corpus, load_corpus
-from race.cli import main
+from backends.ingest.corpus import Corpus, load_corpus
+from race.cli.main import main
 from race.engine import Engine
 from rsc import Filter, FilterSupportClass
 from tests.conftest import FIXTURES

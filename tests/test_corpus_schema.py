@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from backends import LOCAL_ADAPTERS
-from backends.corpus import load_corpus
 from backends.generated import generate_contracts, read_contracts
-from backends.schema import (
+from backends.ingest.corpus import load_corpus
+from backends.ingest.schema import (
     CorpusSchema,
     FieldType,
     check_filter,
@@ -21,9 +21,9 @@ from backends.schema import (
     normalize,
     parse_datetime,
 )
-from race.bundled import BUNDLED_CORPUS
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
+from race.indexing.bundled import BUNDLED_CORPUS
 from rsc import CorpusError, Filter, PlanError, canonical_pretty
 
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from race.reference import REFERENCES, reference
+from race.evidence.reference import REFERENCES, reference
 from race.schemas import document_schema
 from rsc import GapKind
 from tests.conftest import ROOT

@@ -17,7 +17,7 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 from tokenizers import Tokenizer
 
-from backends.embedding import INSTALL_HINT, Embedder, MiniLMEmbedder, _exact_matmul, _Grid, default_model_dir
+from backends.models.embedding import INSTALL_HINT, Embedder, MiniLMEmbedder, _exact_matmul, _Grid, default_model_dir
 from rsc import ModelMissingError
 
 T = TypeVar("T")

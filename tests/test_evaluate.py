@@ -10,12 +10,12 @@ import anyio
 import numpy as np
 import pytest
 
-from race.bundled import BUNDLED_CORPUS
-from race.catalog import index_catalog
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
-from race.eval_stats import EvalReport, Scored, per_query_scores, score_runs
-from race.evaluate import EvalQuery, Ranking, load_judgments, load_queries, work_orders
+from race.evaluation.evaluate import EvalQuery, Ranking, load_judgments, load_queries, work_orders
+from race.evaluation.stats import EvalReport, Scored, per_query_scores, score_runs
+from race.indexing.bundled import BUNDLED_CORPUS
+from race.indexing.catalog import index_catalog
 from rsc import BackendTimeout, InputError, ScanRequest, ScanResult, canonical_pretty
 from tests.conftest import FIXTURES
 from tests.faults.injector import FaultyAdapter, raise_task
@@ -129,7 +129,7 @@ def test_cli_eval_runs_on_a_catalog(
 def test_labelled_plans_are_scored_beside_the_strategies(
     session_engine: Engine, small_set: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from race.evaluate import LabelledPlan, strategy_plan
+    from race.evaluation.evaluate import LabelledPlan, strategy_plan
 
     queries, qrels = load_queries(small_set[0]), load_judgments(small_set[1])
     # A plan of one's own: BM25 restricted to official documents.
@@ -154,7 +154,7 @@ def test_labelled_plans_are_scored_beside_the_strategies(
 
 
 def test_the_committed_results_are_one_report() -> None:
-    from race.eval_report import markdown
+    from race.evaluation.report import markdown
 
     results = FIXTURES.parent / "benchmarks" / "results"
     report = EvalReport.model_validate_json((results / "eval_kestrel.json").read_text())
@@ -187,7 +187,7 @@ def _measured(report: EvalReport, strategy: str, measure: str) -> float:
 
 
 def test_a_run_past_its_leg_deadline_is_not_scored(session_engine: Engine, small_set: tuple[Path, Path]) -> None:
-    from race.eval_report import markdown
+    from race.evaluation.report import markdown
 
     queries, qrels = load_queries(small_set[0]), load_judgments(small_set[1])
     slow = next(q for q in queries if q.id == "q17")
@@ -230,7 +230,7 @@ def test_a_run_past_its_leg_deadline_is_not_scored(session_engine: Engine, small
 def test_a_strategy_with_no_scored_run_is_not_measured(
     session_engine: Engine, small_set: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    from race.eval_report import markdown, plot
+    from race.evaluation.report import markdown, plot
 
     queries, qrels = load_queries(small_set[0]), load_judgments(small_set[1])
     adapters = dict(session_engine.adapters)

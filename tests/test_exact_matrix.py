@@ -17,16 +17,16 @@ import numpy.typing as npt
 import pyarrow as pa
 import pytest
 
-from backends.corpus import Chunk, load_corpus
-from backends.embedding import MiniLMEmbedder
+from backends.ingest.corpus import Chunk, load_corpus
 from backends.lancedb import LanceAdapter
 from backends.lancedb import exact as exact_module
 from backends.lancedb.build import chunk_rows, chunk_text
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT, ExactMatrix, cluster_field, margin
 from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import TABLE
-from race.bundled import BUNDLED_CORPUS
+from backends.models.embedding import MiniLMEmbedder
 from race.engine import Engine
+from race.indexing.bundled import BUNDLED_CORPUS
 from rsc import BackendUnavailable, Filter, FilterOp, Query, ScanRequest, ScanResult
 from tests.conftest import FIXTURES
 
@@ -89,7 +89,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[ExactMatrix, An
 
 
 def _fields(row: dict[str, Any]) -> dict[str, Any]:
-    """What a pushed filter is checked against on a hit (race/answers.py): metadata, identity."""
+    """What a pushed filter is checked against on a hit (race/run/answers.py): metadata, identity."""
     meta = {k: tuple(v) if isinstance(v, list) else v for k, v in row["meta"].items()}
     return {**meta, "doc_id": row["doc_id"], "chunk_id": row["chunk_id"]}
 

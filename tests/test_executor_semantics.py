@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-import race.executor
-from race.cli import main
+import race.run.executor
+from race.cli.main import main
 from race.engine import Engine
-from race.fusion import rrf
-from race.operators import OPERATORS
 from race.receipt import Fusion
+from race.run.fusion import rrf
+from race.run.operators import OPERATORS
 from rsc import InputError, OperatorKind
 from tests.conftest import FIXTURES
 
@@ -93,7 +93,8 @@ def _raising(kind: OperatorKind, exc: Exception) -> dict[Any, Any]:
 async def test_a_failure_in_a_task_group_reaches_the_caller_as_itself(
     index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(race.executor, "OPERATORS", _raising(OperatorKind.CORROBORATE, InputError("bad", where="x")))
+    raising = _raising(OperatorKind.CORROBORATE, InputError("bad", where="x"))
+    monkeypatch.setattr(race.run.executor, "OPERATORS", raising)
     with pytest.raises(InputError, match="x: bad"):
         await Engine.open(index_dir).run(SHOWCASE)
 
@@ -106,7 +107,8 @@ def anyio_backend() -> str:
 def test_cli_reports_one_line_for_a_grouped_error(
     index_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(race.executor, "OPERATORS", _raising(OperatorKind.OPPOSE, InputError("bad", where="node y")))
+    raising = _raising(OperatorKind.OPPOSE, InputError("bad", where="node y"))
+    monkeypatch.setattr(race.run.executor, "OPERATORS", raising)
     assert main(["run", str(SHOWCASE), "--index", str(index_dir)]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err == "race: error: node y: bad\n"
@@ -115,7 +117,7 @@ def test_cli_reports_one_line_for_a_grouped_error(
 def test_cli_reports_an_internal_error_in_one_line(
     index_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(race.executor, "OPERATORS", _raising(OperatorKind.OPPOSE, ZeroDivisionError("oops")))
+    monkeypatch.setattr(race.run.executor, "OPERATORS", _raising(OperatorKind.OPPOSE, ZeroDivisionError("oops")))
     assert main(["run", str(SHOWCASE), "--index", str(index_dir)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("race: internal error: ZeroDivisionError: oops")

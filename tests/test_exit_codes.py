@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from race.cli import EXIT_UNMET_MANDATORY, main
+from race.cli.main import EXIT_UNMET_MANDATORY, main
 from tests.conftest import FIXTURES
 
 PLANS = FIXTURES / "plans"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from planner import compile_plan, parse_plan, render_json, render_text
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine, known_contracts
 from tests.conftest import FIXTURES
 

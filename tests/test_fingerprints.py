@@ -70,7 +70,7 @@ def test_nothing_else_changes_it(session_engine: Engine) -> None:
 def test_a_real_commit_changes_the_tantivy_generation(tmp_path: Any) -> None:
     import tantivy
 
-    from backends.corpus import load_corpus
+    from backends.ingest.corpus import load_corpus
     from backends.tantivy import TantivyAdapter
 
     corpus_dir = tmp_path / "corpus"

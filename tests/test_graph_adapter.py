@@ -12,8 +12,8 @@ import pytest
 
 import backends.graph
 from backends.base import custody_hit
-from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus, load_corpus
 from backends.graph import GraphAdapter
+from backends.ingest.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus, load_corpus
 from rsc import (
     BackendUnavailable,
     CoverageClaim,

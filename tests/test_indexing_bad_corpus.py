@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from backends.corpus_files import MAX_DOCUMENT_BYTES
-from race.cli import main
+from backends.ingest.files import MAX_DOCUMENT_BYTES
+from race.cli.main import main
 from tests.conftest import FIXTURES, ROOT
 
 CASES = sorted((FIXTURES / "cases" / "bad_input" / "corpus").glob("*.json"))
@@ -97,7 +97,7 @@ def test_a_50mb_document_is_refused_in_little_memory(tmp_path: Path) -> None:
         corpus = make_corpus(case, tmp_path / name)
         script = (
             "import sys\n"
-            "from race.cli import main\n"
+            "from race.cli.main import main\n"
             "code = main(['index', sys.argv[1], '--out', sys.argv[2]])\n"
             "status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
             "print(int(status.split()[0]))\n"

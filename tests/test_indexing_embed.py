@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from backends.embed_batch import DistinctTexts, Parallel, embed_distinct, embed_texts, length_batches
-from backends.embedding import EmbedderIdentity, FloatArray, MiniLMEmbedder
+from backends.models.embed_batch import DistinctTexts, Parallel, embed_distinct, embed_texts, length_batches
+from backends.models.embedding import EmbedderIdentity, FloatArray, MiniLMEmbedder
 from tests.conftest import FIXTURES
 
 _SENTENCES: list[str] = json.loads((FIXTURES / "embeddings" / "minilm_reference.json").read_text())["sentences"]
@@ -63,7 +63,7 @@ def test_each_distinct_text_is_embedded_once_and_copies_share_its_vector(alone: 
 def test_known_vectors_are_not_embedded_again(alone: list[bytes]) -> None:
     recorder = Recorder()
     first, _ = embed_distinct(TEXTS[:3], recorder)
-    from backends.embed_batch import text_key
+    from backends.models.embed_batch import text_key
 
     known = {text_key(t): first[i] for i, t in enumerate(TEXTS[:3])}
     recorder.calls.clear()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from race.indexing import build_index, clear_dead_builds
+from race.indexing.indexing import build_index, clear_dead_builds
 from tests.conftest import FIXTURES, ROOT
 
 DOCS = ("changelog/kestrel-3-4-0.md", "changelog/kestrel-3-5-0.md", "adr/adr-0012-fsync-always-default.md")
@@ -33,7 +33,7 @@ def _corpus(root: Path) -> Path:
 def _kill_while_writing(argv: list[str], out: Path) -> Path:
     """Start ``race`` with ``argv``, SIGKILL it once its staging directory holds a written
     tantivy index and the LanceDB folder exists (it is embedding), and return that directory."""
-    script = "import sys; from race.cli import main; sys.exit(main(sys.argv[1:]))"
+    script = "import sys; from race.cli.main import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", script, *argv], cwd=ROOT, stderr=subprocess.PIPE)
     staging = out.with_name(f".{out.name}.building-{proc.pid}")
     deadline = time.monotonic() + 300

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from backends.corpus import Chunking, load_corpus
-from backends.embedding import EmbedderIdentity, FloatArray, MiniLMEmbedder, token_counter
 from backends.graph import GraphAdapter
+from backends.ingest.corpus import Chunking, load_corpus
 from backends.lancedb.build import chunk_text
-from race.cli import main
+from backends.models.embedding import EmbedderIdentity, FloatArray, MiniLMEmbedder, token_counter
+from race.cli.main import main
 from race.engine import Engine
-from race.index_update import UpdateSummary, update_index
-from race.indexing import build_index
+from race.indexing.indexing import build_index
+from race.indexing.update import UpdateSummary, update_index
 from tests.conftest import FIXTURES
 from tests.test_golden_receipts import masked
 

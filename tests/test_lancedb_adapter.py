@@ -12,11 +12,11 @@ import lancedb
 import numpy as np
 import pytest
 
-from backends.corpus import METADATA_FIELDS, Chunk, Corpus, load_corpus
-from backends.embedding import EmbedderIdentity, MiniLMEmbedder
+from backends.ingest.corpus import METADATA_FIELDS, Chunk, Corpus, load_corpus
 from backends.lancedb import LanceAdapter
 from backends.lancedb.build import ANN_PROFILE, chunk_rows, chunk_text
 from backends.lancedb.query import TABLE
+from backends.models.embedding import EmbedderIdentity, MiniLMEmbedder
 from rsc import (
     BackendUnavailable,
     CoverageClaim,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from race.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
-from race.cli import main
+from race.cli.main import main
+from race.cli.render import receipt_json
 from race.engine import Engine
-from race.packet import Packet, build_packet, token_counter
+from race.evidence.packet import Packet, build_packet, token_counter
+from race.indexing.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
 from race.receipt import Receipt
-from race.render import receipt_json
 from rsc import InputError
 from tests.conftest import FIXTURES
 

@@ -26,7 +26,7 @@ from planner import (
     render_json,
     render_text,
 )
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine, known_contracts, load_statistics
 from rsc import BackendStatistics, Contract, GapKind, ObligationStatus, SearchCoverage, load_contract
 from tests.conftest import FIXTURES, ROOT

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from backends.calibration import read_calibration
-from backends.corpus import Chunking, load_corpus
-from backends.embedding import MiniLMEmbedder, token_counter
+from backends.ingest.corpus import Chunking, load_corpus
 from backends.lancedb import LanceAdapter
 from backends.lancedb.build import ann_nprobes, ann_partitions, chunk_text
 from backends.lancedb.calibration import calibrate
+from backends.models.embedding import MiniLMEmbedder, token_counter
 from benchmarks.realtext import CORPUS, build_realtext_index, stored_chunks
 from race.engine import Engine
 from rsc import Calibration, RecallBucket

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
-from race.retain import artifact_path, sha256_digest
+from race.state.retain import artifact_path, sha256_digest
 from tests.conftest import FIXTURES
 
 PLAN = FIXTURES / "plans" / "corroborate_independent.json"

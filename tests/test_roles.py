@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from backends.schema import RelationRole, RelationSpec, default_schema, load_schema
+from backends.ingest.schema import RelationRole, RelationSpec, default_schema, load_schema
 from race.engine import Engine
-from race.freshness import stale_reasons
-from race.outcome import Item
-from race.roles import DEFAULT_ROLES, Roles, roles_of
+from race.receipt import Roles
+from race.run.freshness import stale_reasons
+from race.run.outcome import Item
+from race.run.roles import DEFAULT_ROLES, roles_of
 from rsc import EvidenceStatus, GapKind
 from tests.changelogs import CHANGELOGS, build, documents, edges, utc_day
 
@@ -167,7 +168,7 @@ def test_without_a_superseding_relation_there_is_nothing_to_check() -> None:
 
 
 def test_the_packet_groups_origins_by_the_derived_from_role() -> None:
-    from race.packet import origin_components
+    from race.evidence.packet import origin_components
 
     components: dict[str, set[str]] = {}
     for src, dst in edges("copied_from"):

@@ -97,7 +97,7 @@ def test_a_receipt_validates(session_engine: Engine) -> None:
 def test_race_schema_prints_every_published_document(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from race.cli import build_parser, main
+    from race.cli.main import build_parser, main
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

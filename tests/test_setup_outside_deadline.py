@@ -48,7 +48,7 @@ import json, sys, threading, time
 from pathlib import Path
 import anyio
 delay = float(sys.argv[3])
-import backends.embedding as embedding
+import backends.models.embedding as embedding
 import backends.lancedb.handle as handle
 if delay:
     original = handle.LanceIndex.warm

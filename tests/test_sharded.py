@@ -1,4 +1,4 @@
-"""Sharded instances (``backends.sharded``): scatter to every shard, exact top-k merge, and a
+"""Sharded instances (``backends.sharding.sharded``): scatter to every shard, exact top-k merge, and a
 ``shard_unavailable`` gap with the covered fraction for a shard that does not answer.
 
 The shards are real tantivy indexes and LanceDB tables built from the documents each shard
@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from backends import Adapter, load_corpus
-from backends.corpus import Corpus
-from backends.embedding import FloatArray, MiniLMEmbedder
+from backends.ingest.corpus import Corpus
 from backends.lancedb import LanceAdapter
-from backends.sharded import ShardedAdapter
+from backends.models.embedding import FloatArray, MiniLMEmbedder
+from backends.sharding.sharded import ShardedAdapter
 from backends.tantivy import TantivyAdapter
 from planner import render_text
 from race.engine import Engine

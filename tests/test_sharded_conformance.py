@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from backends import Adapter, load_corpus
-from backends.embedding import FloatArray, MiniLMEmbedder
 from backends.lancedb import LanceAdapter
 from backends.lancedb.build import chunk_text
 from backends.lancedb.query import VECTOR
-from backends.sharded import ShardedAdapter
+from backends.models.embedding import FloatArray, MiniLMEmbedder
+from backends.sharding.sharded import ShardedAdapter
 from backends.tantivy import TantivyAdapter
 from tests.backends.test_conformance import (  # noqa: F401 - collected here over the sharded adapters
     test_every_contract_has_a_sample_and_names_its_backend,

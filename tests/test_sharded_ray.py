@@ -1,4 +1,4 @@
-"""Shards reached through Ray actors (``backends.sharded_ray``), on a local cluster (2 CPUs)
+"""Shards reached through Ray actors (``backends.sharding.ray``), on a local cluster (2 CPUs)
 started once for this module: the same receipts as local shards, a shard actor killed
 mid-query is ``shard_unavailable`` with the covered fraction, and a missing index is bad input."""
 
@@ -14,8 +14,8 @@ import pytest
 import ray  # the race[ray] extra, which `make` installs
 
 from backends import Adapter, load_corpus
-from backends.sharded import ShardedAdapter
-from backends.sharded_ray import RayShard
+from backends.sharding.ray import RayShard
+from backends.sharding.sharded import ShardedAdapter
 from backends.tantivy import TantivyAdapter
 from race.engine import Engine
 from rsc import (

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-import race.executor
+import race.run.executor
 from planner import OperatorNode, walk
 from race.engine import Engine
-from race.operators import OPERATORS, Operator
-from race.outcome import Outcome
+from race.run.operators import OPERATORS, Operator
+from race.run.outcome import Outcome
 from rsc import EvidenceStatus, ObligationStatus
 from tests.conftest import FIXTURES, wrapped_engine
 
@@ -66,7 +66,7 @@ def test_every_completion_order_gives_the_same_bytes(
     seen: dict[bytes, str] = {}
     for leg_delays, op_delays in _orders(base, path):
         engine, _ = wrapped_engine(base, delays=leg_delays)
-        monkeypatch.setattr(race.executor, "OPERATORS", _delayed(op_delays))
+        monkeypatch.setattr(race.run.executor, "OPERATORS", _delayed(op_delays))
         receipt = engine.run_sync(path)
         seen.setdefault(receipt.normalized_bytes(), f"legs {leg_delays}, operators {op_delays}")
     assert len(seen) == 1, f"{path.name}: {len(seen)} different receipts: {list(seen.values())}"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from race.engine import Engine
-from race.freshness import stale_reasons
-from race.outcome import Item
+from race.run.freshness import stale_reasons
+from race.run.outcome import Item
 from rsc import EvidenceStatus, GapKind, GapSeverity, Hit, ObligationStatus
 from tests.conftest import FIXTURES, load_plan
 

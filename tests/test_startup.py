@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from backends import LOCAL_ADAPTERS, Adapter, RemoteAdapter, shipped_contracts
-from backends.embedding import BuiltWith, EmbedderIdentity, MiniLMEmbedder
+from backends.models.embedding import BuiltWith, EmbedderIdentity, MiniLMEmbedder
 from rsc import IndexMissingError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -23,7 +23,7 @@ HEAVY = ("lancedb", "pyarrow", "networkx", "tantivy", "tokenizers", "safetensors
 # Runs one command in a fresh interpreter and prints which heavy modules it imported.
 _PROBE = """
 import contextlib, io, json, sys
-from race.cli import main
+from race.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         main(json.loads(sys.argv[1]))
@@ -69,14 +69,14 @@ def audit(event, args):
     if event == "open" and args and str(args[0]).endswith("model.safetensors"):
         reads.append(str(args[0]))
 sys.addaudithook(audit)
-import backends.embedding as embedding
+import backends.models.embedding as embedding
 loads = []
 _load_bert = embedding._load_bert
 def traced(folder):
     loads.append(str(folder))
     return _load_bert(folder)
 embedding._load_bert = traced
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
 index_dir, lexical, vector = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 steps = {}
@@ -106,8 +106,8 @@ def _vector_reference(index_dir: Path, query: str, doc_type: str, k: int) -> lis
     import lancedb
     import numpy as np
 
-    from backends.embedding import MiniLMEmbedder
     from backends.lancedb.query import TABLE
+    from backends.models.embedding import MiniLMEmbedder
 
     rows = lancedb.connect(str(index_dir / "lancedb")).open_table(TABLE).to_arrow().to_pydict()
     keep = [i for i, t in enumerate(rows["doc_type"]) if t == doc_type]
@@ -183,13 +183,13 @@ def test_a_wrong_model_fails_the_vector_leg_clearly(index_dir: Path) -> None:
 def test_without_the_model_a_vector_index_still_answers_lexical_plans(
     index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import backends.embedding
-    from backends.embedding import INSTALL_HINT
+    import backends.models.embedding
+    from backends.models.embedding import INSTALL_HINT
     from race.engine import Engine
     from rsc import GapKind
 
     with_model = Engine.open(index_dir).run_sync(FIXTURES / "plans" / "cascade_lexical.json")
-    monkeypatch.setattr(backends.embedding, "default_model_dir", lambda: None)
+    monkeypatch.setattr(backends.models.embedding, "default_model_dir", lambda: None)
     engine = Engine.open(index_dir)  # opening needs no model any more
     assert engine.run_sync(FIXTURES / "plans" / "cascade_lexical.json").evidence == with_model.evidence
     receipt = engine.run_sync(FIXTURES / "plans" / "exhaustive_vector.json")
@@ -207,7 +207,7 @@ _LANCE_PROBE = """
 import contextlib, io, json, sys
 from pathlib import Path
 from typing import Any
-from race.cli import main
+from race.cli.main import main
 from race.engine import Engine
 from rsc.canonical import dumps_canonical
 index_dir, lexical, vector = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -269,7 +269,7 @@ def test_the_index_handle_answers_as_the_table_does(index_dir: Path, tmp_path: P
     import lancedb
 
     from backends.lancedb import LanceAdapter, LanceIndex
-    from backends.lancedb.handle import TABLE
+    from backends.lancedb.manifest import TABLE
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
@@ -320,7 +320,7 @@ def test_a_damaged_facts_file_opens_the_table(index_dir: Path, tmp_path: Path, f
     import shutil
 
     from backends.lancedb import LanceAdapter, LanceIndex
-    from backends.lancedb.handle import FACTS
+    from backends.lancedb.manifest import FACTS
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)
@@ -336,7 +336,7 @@ def test_facts_with_statistics_of_another_shape_are_not_used(index_dir: Path, tm
     import shutil
 
     from backends.lancedb import LanceAdapter, LanceIndex
-    from backends.lancedb.handle import FACTS
+    from backends.lancedb.manifest import FACTS
 
     copy = tmp_path / "index"
     shutil.copytree(index_dir, copy)

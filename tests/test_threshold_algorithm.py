@@ -19,7 +19,7 @@ from backends import Adapter
 from backends.base import custody_hits
 from backends.lancedb import LanceAdapter
 from race.engine import Engine
-from race.fusion import LegScores, certified, resolved, score_sum, to_resolve
+from race.run.fusion import LegScores, certified, resolved, score_sum, to_resolve
 from rsc import BackendStatistics, Contract, FilterOp, ScanRequest, ScanResult, ScoreKind
 
 

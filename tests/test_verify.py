@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from race.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
-from race.cli import main
+from race.cli.main import main
+from race.cli.render import receipt_json
 from race.engine import Engine
+from race.evidence.verify import EXIT_CITATION_BROKEN, verify_receipt
+from race.indexing.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
 from race.receipt import Receipt
-from race.render import receipt_json
-from race.verify import EXIT_CITATION_BROKEN, verify_receipt
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_cli_exit_status_is_three_only_when_a_citation_broke(
 
 
 def test_a_jsonl_corpus_is_checked_per_document(tmp_path: Path) -> None:
-    from race.indexing import build_index
+    from race.indexing.indexing import build_index
 
     docs = tmp_path / "docs.jsonl"
     rows = [

@@ -14,7 +14,6 @@ import copy
 import os
 import threading
 from collections.abc import Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Self
 
@@ -26,24 +25,23 @@ from backends.base import (
     blocking,
     load_contracts_beside,
 )
-from backends.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
 from backends.generated import generate_contracts, read_contracts, write_contracts
 from backends.graph.hits import _HitMaker
 from backends.graph.store import (
     DOCUMENT,
     ENTITY_PREFIX,
     GRAPH_FILE,
+    _Snapshot,
     check_graph,
     generation_of,
     graph_from_corpus,
-    lineage_edges,
-    origin_components,
     read_graph,
     read_schema,
     write_graph,
     write_schema,
 )
 from backends.graph.traverse import Direction, Reach, bounded_reach
+from backends.ingest.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -56,32 +54,9 @@ from rsc import (
     InputError,
     ScanRequest,
     ScanResult,
-    fingerprint,
 )
 
 _DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
-
-
-class _Snapshot:
-    """One loaded generation of the graph; scans hold one for their whole run."""
-
-    def __init__(self, graph: Any, generation: str, corpus_revision: str, stamp: tuple[int, int, int] | None) -> None:
-        self.graph = graph
-        self.generation = generation
-        self.corpus_revision = corpus_revision
-        self.identity = f"graph:{corpus_revision}"
-        self.stamp = stamp
-        source = graph.graph["edges_source"]
-        self.edges_path = str(source["path"])
-        self.edges_hash = str(source["source_hash"])
-
-    @cached_property
-    def origins(self) -> dict[str, str]:
-        return origin_components(self.graph)
-
-    @cached_property
-    def lineage_generation(self) -> str:
-        return "graph-lineage:" + fingerprint([list(edge) for edge in lineage_edges(self.graph)])
 
 
 def _stamp(path: Path | str) -> tuple[int, int, int]:

@@ -7,16 +7,13 @@ edges file it was read from.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import TypeAdapter
 
 from backends.base import request_fingerprint
-from backends.graph.store import DOCUMENT, ENTITY_PREFIX
+from backends.graph.store import DOCUMENT, ENTITY_PREFIX, _Snapshot
 from rsc import Hit, ScanRequest, ScoreKind
-
-if TYPE_CHECKING:
-    from backends.graph.adapter import _Snapshot
 
 
 class _HitMaker:

@@ -21,14 +21,15 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
 from backends.base import Progress
-from backends.corpus import EDGE_RELATIONS, Corpus
-from backends.schema import CorpusSchema, RelationRole, default_schema
+from backends.ingest.corpus import EDGE_RELATIONS, Corpus
+from backends.ingest.schema import CorpusSchema, RelationRole, default_schema
 from rsc import IndexMissingError, canonical_json, fingerprint
 
 GRAPH_FILE = "graph.json"
@@ -163,7 +164,7 @@ def _edge_lines(corpus: Corpus) -> tuple[dict[tuple[str, str, str], tuple[int, s
 
 
 def _edges_file(root: Path) -> Path | None:
-    # Mirrors where backends.corpus.load_corpus looks for edges.
+    # Mirrors where backends.ingest.corpus.load_corpus looks for edges.
     if root.is_dir():
         candidates = [root / "edges.jsonl"]
     else:
@@ -348,3 +349,25 @@ def read_graph(path: Path) -> tuple[Any, str, str]:
             "graph index content does not match its recorded generation; rebuild it", where=str(path)
         )
     return graph, generation, str(document.get("corpus_revision", ""))
+
+
+class _Snapshot:
+    """One loaded generation of the graph; scans hold one for their whole run."""
+
+    def __init__(self, graph: Any, generation: str, corpus_revision: str, stamp: tuple[int, int, int] | None) -> None:
+        self.graph = graph
+        self.generation = generation
+        self.corpus_revision = corpus_revision
+        self.identity = f"graph:{corpus_revision}"
+        self.stamp = stamp
+        source = graph.graph["edges_source"]
+        self.edges_path = str(source["path"])
+        self.edges_hash = str(source["source_hash"])
+
+    @cached_property
+    def origins(self) -> dict[str, str]:
+        return origin_components(self.graph)
+
+    @cached_property
+    def lineage_generation(self) -> str:
+        return "graph-lineage:" + fingerprint([list(edge) for edge in lineage_edges(self.graph)])

@@ -37,19 +37,20 @@ from backends.base import (
     blocking,
     load_contracts_beside,
 )
-from backends.corpus import Corpus
-from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
+from backends.ingest.corpus import Corpus
+from backends.ingest.schema import FieldType
 from backends.lancedb.build import build_table
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
-from backends.lancedb.handle import QUERY_VECTORS, read_lance_manifest, write_facts
+from backends.lancedb.manifest import read_lance_manifest, write_facts
 from backends.lancedb.matrix_store import MatrixStore, exact_result, lance_hits, truncation_gaps
 from backends.lancedb.query import (
     _CHUNK_COLUMNS,
     MODE_ANN_POSTFILTER,
     MODE_FLAT,
     MODES,
+    QUERY_VECTORS,
     TABLE,
     _fast,
     _random,
@@ -58,7 +59,7 @@ from backends.lancedb.query import (
     vector_query,
 )
 from backends.lancedb.snapshot import LanceSnapshots, Snapshot, _GenerationMemo
-from backends.schema import FieldType
+from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
-from backends.embedding import Embedder, QueryVectors
+from backends.ingest.schema import FieldType
 from backends.lancedb.query import _sql_string
 from backends.mapping import (
     AttachedAdapter,
@@ -40,7 +40,7 @@ from backends.mapping import (
     mapped_hits,
     metadata_columns,
 )
-from backends.schema import FieldType
+from backends.models.embedding import Embedder, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,

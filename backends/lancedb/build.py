@@ -19,10 +19,9 @@ import pyarrow as pa
 from lancedb.index import Bitmap, BTree, IvfFlat, LabelList
 
 from backends.base import Progress
-from backends.corpus import Chunk, Corpus
-from backends.embed_batch import Parallel, embed_distinct, text_key
-from backends.embedding import Embedder, MiniLMEmbedder, token_counter
 from backends.generated import schema_json
+from backends.ingest.corpus import Chunk, Corpus
+from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from backends.lancedb.exact import EXACT_DIR
 from backends.lancedb.matrix_store import MatrixStore
 from backends.lancedb.query import (
@@ -36,7 +35,8 @@ from backends.lancedb.query import (
     VECTOR,
     VECTOR_INDEX,
 )
-from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
+from backends.models.embed_batch import Parallel, embed_distinct, text_key
+from backends.models.embedding import Embedder, MiniLMEmbedder, token_counter
 
 _COLUMN_TYPES: Final = {
     FieldType.KEYWORD: pa.string(),

@@ -22,15 +22,33 @@ import copy
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import orjson
 
 from backends.base import Adapter, Progress, blocking, load_contracts_beside
-from backends.corpus import Corpus
-from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import read_contracts, schema_of
-from backends.lancedb.query import _CHUNK_COLUMNS, EXACT_DIR, MODE_EXACT, _fast, _split_filters, filter_sql
+from backends.ingest.corpus import Corpus
+from backends.lancedb.manifest import (
+    FACTS,
+    MANIFEST,
+    TABLE,
+    _stamp,
+    generation_of,
+    manifest_digest,
+    next_manifest,
+    read_lance_manifest,
+)
+from backends.lancedb.query import (
+    _CHUNK_COLUMNS,
+    EXACT_DIR,
+    MODE_EXACT,
+    QUERY_VECTORS,
+    _fast,
+    _split_filters,
+    filter_sql,
+)
+from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -40,104 +58,12 @@ from rsc import (
     ScanRequest,
     ScanResult,
     fingerprint,
-    fingerprint_bytes,
 )
-from rsc.canonical import read_json
 
 if TYPE_CHECKING:
     from backends.lancedb.adapter import LanceAdapter
     from backends.lancedb.exact import ExactMatrix
     from backends.lancedb.matrix_store import MatrixStore
-
-TABLE: Final = "chunks"
-"""The LanceDB table of chunk embeddings."""
-MANIFEST: Final = "race.json"
-"""RACE's own manifest of the table: corpus revision, schema, embedder, ANN settings."""
-FACTS: Final = "snapshot.json"
-"""Row counts and statistics of one table version, by the digest of its manifest."""
-QUERY_VECTORS: Final = 256
-"""Query vectors kept per index: sorted and random access for one query embed it once."""
-
-_U64_MAX: Final = 2**64 - 1
-
-
-def manifest_name(version: int, *, v2: bool) -> str:
-    # Lance's manifest naming schemes: V2 counts down from u64::MAX so the latest lists first.
-    return f"{_U64_MAX - version:020d}.manifest" if v2 else f"{version}.manifest"
-
-
-def next_manifest(versions_dir: str, version: int) -> str | None:
-    """Where the commit after ``version`` will put its manifest, in the scheme (V2 or V1) of the
-    manifest of ``version``; ``None`` if that one is not there to tell."""
-    for v2 in (True, False):
-        if os.path.exists(os.path.join(versions_dir, manifest_name(version, v2=v2))):
-            return os.path.join(versions_dir, manifest_name(version + 1, v2=v2))
-    return None
-
-
-def manifest_digest(versions_dir: str, version: int) -> str:
-    """The digest (hex) of the manifest file of ``version``. Lance writes each version's manifest
-    once (put-if-not-exists) and never changes it, so the digest names that version for good;
-    data files are named afresh by every write, so another table's version differs."""
-    for v2 in (True, False):
-        try:
-            with open(os.path.join(versions_dir, manifest_name(version, v2=v2)), "rb") as handle:
-                return fingerprint_bytes(handle.read()).split(":", 1)[1]
-        except FileNotFoundError:
-            continue
-    raise IndexMissingError(f"table version {version} has no manifest", where=versions_dir)
-
-
-def generation_of(version: int, manifest: str, indexed: int, unindexed: int, embedder: str) -> str:
-    """The generation of one table version (``LanceSnapshots.generation``)."""
-    return f"lancedb:v{version}:manifest={manifest}:indexed={indexed}:unindexed={unindexed}:embedder={embedder}"
-
-
-def write_facts(
-    path: Path, version: int, manifest: str, counts: tuple[int, int, int], stats: BackendStatistics
-) -> None:
-    """Keep the row counts and statistics of table ``version`` beside the table, replacing the
-    file whole. A read-only index keeps none: the handle then opens the table as before."""
-    rows, indexed, unindexed = counts
-    document = {
-        "manifest": manifest,
-        "version": version,
-        "rows": rows,
-        "indexed_rows": indexed,
-        "unindexed_rows": unindexed,
-        "statistics": stats.model_dump(mode="json"),
-    }
-    target = path / FACTS
-    data = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
-    try:
-        if target.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    temporary = path / f".{FACTS}.{os.getpid()}.{threading.get_ident()}"
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, target)
-    except OSError:
-        temporary.unlink(missing_ok=True)
-
-
-def _stamp(path: Path) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def read_lance_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int, int]]:
-    """The manifest of the LanceDB index in ``path`` (``DIR/lancedb``) and its file's stamp,
-    taken before it is read (a write after that changes the stamp); a missing index or an
-    unreadable manifest is ``IndexMissingError`` naming it."""
-    manifest_path = path / MANIFEST
-    if not manifest_path.exists() or not (path / f"{TABLE}.lance").is_dir():
-        raise IndexMissingError("no LanceDB index here (run `race index`)", where=str(path))
-    stamp = _stamp(manifest_path)
-    manifest: dict[str, Any] = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
-    return manifest, stamp
-
 
 class LanceIndex(Adapter):
     """A LanceDB index as planning sees it; the real ``LanceAdapter`` opens on first need."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
-from backends.schema import CorpusSchema, FieldType, datetime_micros, default_schema
+from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros, default_schema
 from rsc import BackendUnavailable, Filter, FilterOp, ScanRequest
 
 if TYPE_CHECKING:  # LanceDB is imported by the legs that read the table, not by the exact matrix
@@ -52,6 +52,8 @@ _CHUNK_FIELDS: Final = (
 )
 """The ``Chunk`` fields stored one column each; custody is rebuilt from them."""
 _CHUNK_COLUMNS: Final = (*_CHUNK_FIELDS, "corpus_revision", "metadata_json")
+QUERY_VECTORS: Final = 256
+"""Query vectors kept per index: sorted and random access for one query embed it once."""
 
 ANN_MIN_NPROBES: Final = 20
 """IVF partitions probed at least (LanceDB's default). The prefilter mode may widen past it."""

@@ -16,10 +16,10 @@ import lancedb
 from lancedb.table import Table
 
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
-from backends.embedding import EmbedderIdentity
-from backends.lancedb.handle import generation_of, manifest_digest
-from backends.lancedb.handle import next_manifest as _next_manifest  # tests read it from here
+from backends.lancedb.manifest import generation_of, manifest_digest
+from backends.lancedb.manifest import next_manifest as _next_manifest  # tests read it from here
 from backends.lancedb.query import MANIFEST, TABLE, VECTOR_INDEX
+from backends.models.embedding import EmbedderIdentity
 from rsc import BackendUnavailable, IndexMissingError
 
 

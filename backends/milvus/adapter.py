@@ -45,9 +45,9 @@ from backends.base import (
     blocking,
     load_contracts_beside,
 )
-from backends.corpus import Chunk, Corpus
-from backends.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from backends.generated import generate_contract, read_contracts, schema_of
+from backends.ingest.corpus import Chunk, Corpus
+from backends.ingest.schema import FieldSpec
 from backends.milvus.build import lance_vectors as lance_vectors
 from backends.milvus.build import with_partition_key
 from backends.milvus.client import (
@@ -71,7 +71,7 @@ from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.generation import current_generation, read_rows, value_counts
 from backends.milvus.search import answer_rows, custody, measure_recall, search_params, top_k
 from backends.milvus.search import exact_top_k as exact_top_k
-from backends.schema import FieldSpec
+from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendTimeout,

@@ -28,7 +28,7 @@ import numpy as np
 from pymilvus import DataType, MilvusClient
 
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
-from backends.embedding import Embedder, QueryVectors
+from backends.ingest.schema import FieldSpec, FieldType
 from backends.mapping import (
     AttachedAdapter,
     FieldMapping,
@@ -43,7 +43,7 @@ from backends.milvus.client import _READ_BATCH, INDEX_TYPES, MAX_TOPK, MODE_ANN,
 from backends.milvus.consistency import STRONG, caveat_detail, level_of
 from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.search import measure_recall_rows, search_params, top_k
-from backends.schema import FieldSpec, FieldType
+from backends.models.embedding import Embedder, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendTimeout,

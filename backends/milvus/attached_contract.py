@@ -8,9 +8,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from backends.ingest.schema import FieldType
 from backends.milvus.client import ANN_CONTRACT, FLAT_CONTRACT, HNSW_MIN_EF, RECALL_K
 from backends.milvus.consistency import STRONG, Consistency, with_consistency
-from backends.schema import FieldType
 from rsc import BackendUnavailable, Contract
 
 IDENTITY = ("chunk_id", "doc_id")

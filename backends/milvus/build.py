@@ -8,17 +8,18 @@ import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 from pymilvus import DataType, MilvusClient
 
 from backends.base import Progress
-from backends.corpus import Chunk, Corpus
-from backends.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from backends.generated import schema_json, write_contracts
+from backends.ingest.corpus import Chunk, Corpus
+from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros
 from backends.lancedb.adapter import chunk_text
+from backends.milvus.calibration import Searched, write_calibration
 from backends.milvus.client import (
     _EMBED_BATCH,
     _INSERT_BATCH,
@@ -38,12 +39,39 @@ from backends.milvus.client import (
     milvus_errors,
     resolve_uri,
 )
-from backends.milvus.consistency import level_of, with_consistency
-from backends.schema import CorpusSchema, FieldType, datetime_micros
+from backends.milvus.consistency import Consistency, level_of, with_consistency
+from backends.models.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
 from rsc import BackendUnavailable, Contract, CoverageClaim, FilterSupportClass, IndexMissingError, InputError
 
-if TYPE_CHECKING:
-    from backends.milvus.adapter import MilvusAdapter
+
+class Built(Searched, Protocol):
+    """What a build reads and sets of the adapter over the collection it loaded (``MilvusAdapter``)."""
+
+    generated_contracts: tuple[Contract, ...] | None
+
+    @property
+    def folder(self) -> Path: ...
+
+    @property
+    def collection(self) -> str: ...
+
+    @property
+    def index_type(self) -> str: ...
+
+    @property
+    def consistency(self) -> Consistency: ...
+
+    def measure_recall(self, vectors: npt.NDArray[np.float32], chunks: Sequence[Chunk]) -> tuple[float, str]: ...
+
+    def close(self) -> None: ...
+
+
+class BuiltClass(Protocol):
+    """The adapter class a build opens over its collection (``MilvusAdapter``)."""
+
+    backend: str
+
+    def __call__(self, folder: Path, manifest: dict[str, Any], embedder: Embedder, *, timeout: float) -> Built: ...
 
 PARTITION_KEY_TYPES = frozenset({FieldType.KEYWORD, FieldType.INTEGER})
 """Schema types a partition key may have (Milvus: VARCHAR or INT64, never nullable)."""
@@ -272,7 +300,7 @@ def write_manifest(
 
 
 def write_built_contract(
-    adapter: MilvusAdapter,
+    adapter: Built,
     vectors: npt.NDArray[np.float32],
     chunks: Sequence[Chunk],
     build_params: dict[str, int],
@@ -290,14 +318,12 @@ def write_built_contract(
     )
     write_contracts(adapter.folder, (contract,))
     if index_type != "FLAT":
-        from backends.milvus.calibration import write_calibration
-
         adapter.generated_contracts = (contract,)
         write_calibration(adapter, adapter.folder)
 
 
 def build_instance(
-    cls: type[MilvusAdapter],
+    cls: BuiltClass,
     corpus: Corpus,
     index_dir: Path,
     progress: Progress | None,

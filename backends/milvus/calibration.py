@@ -9,22 +9,37 @@ the engine applies them only at that generation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
 from backends.calibration import measure, write_document
+from backends.ingest.schema import FieldSpec
 from backends.milvus.expr import filter_expr
 from rsc import Calibration, Contract, CoverageClaim, Filter
 
-if TYPE_CHECKING:
-    from backends.milvus.adapter import MilvusAdapter
+
+class Searched(Protocol):
+    """What calibration reads of a Milvus collection's adapter (``MilvusAdapter`` is one)."""
+
+    def index_contracts(self) -> tuple[Contract, ...]: ...
+
+    def read_rows(self, fields: Sequence[str]) -> list[dict[str, Any]]: ...
+
+    def filterable_fields(self) -> Mapping[str, FieldSpec]: ...
+
+    def search(
+        self, vector: npt.NDArray[np.float32], expr: str | None, limit: int
+    ) -> list[tuple[dict[str, Any], float]]: ...
+
+    def generation(self) -> str: ...
 
 
-def calibrate(adapter: MilvusAdapter, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
+def calibrate(adapter: Searched, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
     """Every approximate contract of ``adapter`` measured on its collection as it is now."""
     from backends.milvus.client import VECTOR
 
@@ -42,7 +57,7 @@ def calibrate(adapter: MilvusAdapter, *, k: int = 10, seed: int = 7) -> tuple[Ca
     return measure(contracts, ids=ids, metas=metas, vectors=vectors, search=search, k=k, seed=seed)
 
 
-def write_calibration(adapter: MilvusAdapter, folder: Path, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
+def write_calibration(adapter: Searched, folder: Path, *, k: int = 10, seed: int = 7) -> tuple[Calibration, ...]:
     """Measure and keep the curves beside the instance's manifest, with their generation."""
     generation = adapter.generation()
     calibrations = calibrate(adapter, k=k, seed=seed)

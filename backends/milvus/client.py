@@ -11,7 +11,7 @@ from typing import Final
 import grpc
 from pymilvus import DataType, MilvusException
 
-from backends.schema import FieldType
+from backends.ingest.schema import FieldType
 from rsc import BackendTimeout, BackendUnavailable
 
 MANIFEST: Final = "race.json"

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from backends.schema import FieldSpec, FieldType, datetime_micros
+from backends.ingest.schema import FieldSpec, FieldType, datetime_micros
 from rsc import BackendUnavailable, Filter, FilterOp
 
 NOTHING: Final = "<matches nothing>"

@@ -10,8 +10,8 @@ import numpy as np
 import orjson
 from pymilvus import MilvusClient
 
+from backends.ingest.schema import FieldSpec
 from backends.milvus.client import _COUNTED_TYPES, _READ_BATCH, _ROW_FIELDS, CONSISTENCY, VECTOR, milvus_errors
-from backends.schema import FieldSpec
 from rsc import BackendUnavailable, fingerprint
 
 

@@ -13,10 +13,10 @@ import orjson
 
 from backends.base import custody_hits
 from backends.calibration import wilson_lower
-from backends.corpus import Chunk
+from backends.ingest.corpus import Chunk
+from backends.ingest.schema import FieldSpec, FieldType
 from backends.milvus.client import _ROW_FIELDS, HNSW_MIN_EF, MAX_TOPK, RECALL_K, RECALL_QUERIES, TIE_MARGIN
 from backends.milvus.expr import filter_expr
-from backends.schema import FieldSpec, FieldType
 from rsc import Filter, Hit, ScanRequest, ScoreKind
 
 Rows = list[tuple[dict[str, Any], float]]

@@ -43,7 +43,7 @@ import httpx
 from pydantic import ValidationError
 
 from backends.base import UNKNOWN_GENERATION, Adapter, Progress, load_contracts_beside
-from backends.corpus import Corpus
+from backends.ingest.corpus import Corpus
 from backends.remote.decode import BACKEND
 from backends.remote.decode import UPSTREAM as UPSTREAM
 from backends.remote.decode import Exchange as Exchange

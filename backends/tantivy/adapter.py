@@ -36,9 +36,9 @@ from backends.base import (
     custody_hits,
     load_contracts_beside,
 )
-from backends.corpus import Corpus
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
-from backends.schema import CorpusSchema, FieldType
+from backends.ingest.corpus import Corpus
+from backends.ingest.schema import CorpusSchema, FieldType
 from backends.tantivy.build import update_index, write_index
 from backends.tantivy.fields import _RAW_TYPES, ANALYZER, TEXT_FIELDS, _analyzer, _term
 from backends.tantivy.fields import KEYWORD_FIELDS as KEYWORD_FIELDS

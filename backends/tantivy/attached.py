@@ -28,6 +28,7 @@ from typing import Any
 import tantivy
 
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
+from backends.ingest.schema import FieldType
 from backends.mapping import (
     AttachedAdapter,
     FieldMapping,
@@ -36,7 +37,6 @@ from backends.mapping import (
     mapped_hits,
     metadata_columns,
 )
-from backends.schema import FieldType
 from rsc import (
     BackendStatistics,
     BackendUnavailable,

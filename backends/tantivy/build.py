@@ -21,9 +21,9 @@ from typing import Any
 import tantivy
 
 from backends.base import Progress
-from backends.corpus import Chunk, Corpus
 from backends.generated import schema_json
-from backends.schema import FieldSpec
+from backends.ingest.corpus import Chunk, Corpus
+from backends.ingest.schema import FieldSpec
 from backends.tantivy.fields import _COUNTED_TYPES, ANALYZER, _add, _analyzer, _schema, _term
 
 WRITER_HEAP = 50_000_000

@@ -12,7 +12,7 @@ import re
 
 import tantivy
 
-from backends.schema import CorpusSchema, FieldType, datetime_micros
+from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros
 
 ANALYZER = "race_en"
 TEXT_FIELDS = ("title", "section", "text")

@@ -103,7 +103,7 @@ def build_tantivy_index(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def build_attached_sources(root: Path) -> dict[str, Any]:
     """The rows, their vectors (the bundled MiniLM) and both sources built from them under ``root``."""
-    from backends.embedding import MiniLMEmbedder
+    from backends.models.embedding import MiniLMEmbedder
 
     rows = license_rows()
     embedder = MiniLMEmbedder()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from backends import load_corpus
-from race.bundled import BUNDLED_CORPUS
+from race.indexing.bundled import BUNDLED_CORPUS
 
 MILVUS_INSTANCES = ("FLAT", "HNSW")
 

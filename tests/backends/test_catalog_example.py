@@ -26,7 +26,7 @@ EXAMPLE = FIXTURES / "catalogs"
 @pytest.fixture
 def example(index_dir: Path, milvus_instances: dict[str, Any], tmp_path: Path) -> Path:
     """The example's folder: the catalog beside the index, the table and the collection it names."""
-    from backends.embedding import MiniLMEmbedder
+    from backends.models.embedding import MiniLMEmbedder
 
     shutil.copy(EXAMPLE / "example.toml", tmp_path / "example.toml")
     (tmp_path / "index").symlink_to(index_dir)
@@ -100,7 +100,7 @@ def test_union_of_tantivy_an_attached_lancedb_table_and_milvus(
             milvus_flat, milvus_request, "milvus.flat_prefilter", "milvus"
         )
         # The attached table: the exact cosine top-3 of the rows whose team is legal or ops (numpy).
-        from backends.embedding import MiniLMEmbedder
+        from backends.models.embedding import MiniLMEmbedder
 
         rows = license_rows()
         embedder = MiniLMEmbedder()

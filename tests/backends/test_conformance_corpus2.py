@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from backends import Adapter
-from backends.schema import load_schema
+from backends.ingest.schema import load_schema
 from race.engine import Engine
 from tests.backends import test_conformance as suite
 from tests.backends.test_conformance import (  # noqa: F401 - collected here over corpus2

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from backends.schema import FieldSpec, FieldType
+from backends.ingest.schema import FieldSpec, FieldType
 from race.engine import Engine
 from rsc import (
     BackendTimeout,
@@ -213,10 +213,10 @@ def test_client_failures_are_backend_errors(milvus_flat: Any) -> None:
 def test_cli_and_engine_do_not_import_pymilvus() -> None:
     code = (
         "import sys, contextlib, io\n"
-        "import race.cli\n"
+        "import race.cli.main\n"
         "from race.engine import Engine\n"
         "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-        "    race.cli.main(['--help'])\n"
+        "    race.cli.main.main(['--help'])\n"
         "assert 'pymilvus' not in sys.modules and 'milvus_lite' not in sys.modules, 'pymilvus imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
@@ -276,7 +276,7 @@ def test_a_plan_unions_tantivy_with_a_milvus_collection(index_dir: Path, milvus_
 
 
 def test_engine_serves_one_collection() -> None:
-    from race.attach import open_milvus
+    from race.indexing.attach import open_milvus
     from rsc import InputError
 
     assert open_milvus(()) == {}
@@ -309,8 +309,8 @@ def test_the_command_line_loads_a_collection_and_runs_a_plan_over_it(
 
     from milvus_lite import server_manager_instance
 
-    from race.bundled import BUNDLED_CORPUS
-    from race.cli import main
+    from race.cli.main import main
+    from race.indexing.bundled import BUNDLED_CORPUS
 
     out = tmp_path / "mv"
     try:

@@ -31,7 +31,7 @@ TEXT = "you may redistribute copies of the software provided the notice is kept"
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from milvus_lite import server_manager_instance
 
-    from backends.embedding import MiniLMEmbedder
+    from backends.models.embedding import MiniLMEmbedder
 
     folder = tmp_path_factory.mktemp("milvus_lake")
     uri = str(folder / "lake.db")
@@ -207,8 +207,8 @@ def test_an_hnsw_collection_states_the_recall_measured_on_it(lake: dict[str, Any
 
 
 def test_a_mapping_names_real_fields(lake: dict[str, Any], index_dir: Path) -> None:
-    from race.catalog import parse_catalog
     from race.engine import Engine
+    from race.indexing.catalog import parse_catalog
     from rsc import InputError
 
     path = _catalog(lake, index_dir)

@@ -106,8 +106,8 @@ def test_strong_contracts_are_the_ones_built(milvus_flat: Any) -> None:
 def test_a_catalog_instance_declares_its_level(
     index_dir: Path, milvus_instances: dict[str, Any], tmp_path: Path
 ) -> None:
-    from race.catalog import parse_catalog
     from race.engine import Engine
+    from race.indexing.catalog import parse_catalog
     from rsc import InputError
 
     catalog = {
@@ -240,8 +240,8 @@ def test_the_command_line_declares_level_and_partition_key(
     from milvus_lite import server_manager_instance
 
     from backends.milvus.adapter import LITE_FILE
-    from race.bundled import BUNDLED_CORPUS
-    from race.cli import main
+    from race.cli.main import main
+    from race.indexing.bundled import BUNDLED_CORPUS
 
     out = tmp_path / "mv"
     load = ["milvus", str(BUNDLED_CORPUS), "--out", str(out), "--vectors-from", str(index_dir)]

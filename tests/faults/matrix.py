@@ -860,7 +860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-case progress")
     args = parser.parse_args(argv)
 
-    from race.indexing import build_index
+    from race.indexing.indexing import build_index
     from tests.remote.conftest import start_all, stop_all
 
     with tempfile.TemporaryDirectory(prefix="race-faults-") as tmp:

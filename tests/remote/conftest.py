@@ -19,7 +19,7 @@ from backends.remote import RemoteAdapter
 from race.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
-RACE = [sys.executable, "-m", "race.cli"]
+RACE = [sys.executable, "-m", "race.cli.main"]
 # Generous: on a loaded machine a server spends many seconds importing, and as long exiting.
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0

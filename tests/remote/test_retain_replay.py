@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from race.engine import Engine
-from race.replay import load_receipt
-from race.retain import ARTIFACTS, artifact_path, receipt_path
+from race.state.replay import load_receipt
+from race.state.retain import ARTIFACTS, artifact_path, receipt_path
 from rsc import ArtifactMissing, ArtifactTampered, GapKind, ReplayError
 from tests.conftest import FIXTURES
 from tests.remote.conftest import Server, remote_plan, run_cli, start_all
@@ -174,7 +174,7 @@ async def test_an_adapter_bug_is_a_retained_gap_that_replays(index_dir: Path, tm
 async def test_a_failed_run_leaves_no_artifact(
     index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from race.executor import Executor
+    from race.run.executor import Executor
 
     async def crash(self: Executor) -> None:
         raise RuntimeError("internal error after the legs")

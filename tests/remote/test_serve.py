@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from backends.remote.protocol import PROTOCOL_VERSION
-from race.serve import loopback_host
+from race.serving.serve import loopback_host
 from rsc import BackendUnavailable, InputError, ScanRequest
 from tests.remote.conftest import Server, launch, remote_plan, run_cli, wait_ready
 

@@ -222,7 +222,7 @@ async def test_accepted_connections_have_nagle_off() -> None:
     without)."""
     import asyncio
 
-    from race.serve_http import listen
+    from race.serving.http import listen
 
     sock = listen("127.0.0.1", 0, 8)
     accepted: list[socket.socket] = []

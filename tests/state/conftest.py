@@ -20,11 +20,11 @@ import lancedb
 import numpy as np
 import pytest
 
-from backends.embedding import MiniLMEmbedder
 from backends.lancedb.query import TABLE
-from race.bundled import BUNDLED_CORPUS
+from backends.models.embedding import MiniLMEmbedder
 from race.engine import Engine
-from race.indexing import build_index
+from race.indexing.bundled import BUNDLED_CORPUS
+from race.indexing.indexing import build_index
 from race.receipt import Receipt
 from rsc import GapKind
 

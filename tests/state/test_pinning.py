@@ -19,8 +19,8 @@ from backends.lancedb import LanceAdapter
 from backends.lancedb.query import TABLE
 from backends.tantivy import TantivyAdapter
 from planner import scans
-from race.cache import ResultCache
 from race.engine import Engine
+from race.state.cache import ResultCache
 from rsc import GapKind, ObligationStatus, ScanRequest, SnapshotMoved
 from tests.conftest import WrappedAdapter
 from tests.state.conftest import mixed_hits, plan

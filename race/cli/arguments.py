@@ -1,0 +1,67 @@
+"""Command-line argument types and the parser class (a usage error is bad input like any
+other, one line naming the command, exit status 2), and the engine the arguments name."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import NoReturn
+
+from rsc import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, reporting a usage error in one line instead of usage plus error."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(EXIT_BAD_INPUT, f"race: error: {self.prog}: {text} (see `{self.prog} --help`)\n")
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (``nan``, ``inf``, 0 and negatives are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (an ephemeral one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535)")
+    return value
+
+
+def open_engine(args: argparse.Namespace) -> object:
+    """The engine a command's arguments name: a catalog, or an index (the bundled one by default)
+    with its remotes, Milvus instances and statistics."""
+    from race.engine import Engine, load_statistics
+    from race.indexing.bundled import ensure_bundled_index
+
+    stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
+    remotes = tuple(getattr(args, "remote", None) or ())
+    if getattr(args, "catalog", None):
+        if args.index or remotes or getattr(args, "milvus", None):
+            raise InputError("a catalog names every instance: leave out --index, --remote, --milvus", where="--catalog")
+        early_stop = not getattr(args, "no_early_stop", False)
+        return Engine.from_catalog(Path(args.catalog), statistics=stats, early_stop=early_stop)
+    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
+    return Engine.open(
+        index,
+        statistics=stats,
+        remotes=remotes,
+        remote_timeout=args.remote_timeout,
+        milvus=tuple(Path(m) for m in getattr(args, "milvus", None) or ()),
+        early_stop=not getattr(args, "no_early_stop", False),
+    )

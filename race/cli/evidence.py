@@ -1,0 +1,128 @@
+"""The evidence-quality commands of ``race``: ``verify``, ``context`` and ``eval``.
+
+They read a receipt (or a query set) and the corpus it cites; ``race.cli.main`` registers them
+with ``add_evidence_commands``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rsc import InputError, canonical_pretty
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from race.evidence.verify import EXIT_CITATION_BROKEN, verify_receipt, verify_text
+    from race.indexing.bundled import BUNDLED_CORPUS
+    from race.state.replay import load_receipt
+
+    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
+    if not corpus.exists():
+        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
+    report = verify_receipt(load_receipt(Path(args.receipt)), corpus)
+    sys.stdout.write(canonical_pretty(report) + "\n" if args.json else verify_text(report))
+    return 0 if report.holds else EXIT_CITATION_BROKEN
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    from race.evidence.packet import build_packet
+    from race.indexing.bundled import BUNDLED_CORPUS
+    from race.state.replay import load_receipt
+
+    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
+    if not corpus.exists():
+        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
+    packet = build_packet(
+        load_receipt(Path(args.receipt)),
+        corpus,
+        max_chars=args.max_chars,
+        max_tokens=args.max_tokens,
+        tokenizer=args.tokenizer,
+    )
+    sys.stdout.write(canonical_pretty(packet) + "\n" if args.json else packet.text)
+    approx = " (approximate)" if packet.tokens_approximate else ""
+    print(
+        f"race: packet of {len(packet.passages)} passages, {packet.chars} of {packet.max_chars} characters, "
+        f"{packet.tokens} tokens{approx} by {packet.tokenizer}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import anyio
+
+    from race.engine import Engine
+    from race.evaluation.evaluate import STRATEGIES, load_judgments, load_plans, load_queries
+    from race.evaluation.report import markdown, plot
+    from race.extras import require
+
+    # What the command needs is checked before anything runs or is written.
+    require("ir_measures", feature="race eval", where="race eval")
+    if args.out:
+        require("matplotlib", feature="race eval --out (its plot)", where="--out")
+
+    queries = load_queries(Path(args.queries))
+    judgments = load_judgments(Path(args.qrels))
+    plans = load_plans(Path(args.plans)) if args.plans else ()
+    strategies = tuple(args.strategies.split(",")) if args.strategies else tuple(STRATEGIES)
+    for name in strategies:
+        if name not in STRATEGIES:
+            raise InputError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})", where="--strategies")
+    from race.cli.arguments import open_engine
+
+    engine = open_engine(args)
+    assert isinstance(engine, Engine)
+
+    async def run() -> object:
+        return await engine.evaluate(
+            queries, judgments, strategies=strategies, plans=plans, k=args.k, samples=args.samples, seed=args.seed
+        )
+
+    report = anyio.run(run)
+    text = markdown(report, title=args.title)  # type: ignore[arg-type]
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{args.name}.json").write_text(canonical_pretty(report) + "\n")
+        (out / f"{args.name}.md").write_text(text)
+        plot(report, out / f"{args.name}.png")  # type: ignore[arg-type]
+        print(f"race: wrote {out / args.name}.json, .md and .png", file=sys.stderr)
+    sys.stdout.write(canonical_pretty(report) + "\n" if args.json else text)
+    return 0
+
+
+def add_evidence_commands(sub: Any) -> None:
+    """Add the ``verify``, ``context`` and ``eval`` subcommands to ``race``'s subparsers."""
+    p = sub.add_parser("verify", help="check that every citation of a receipt still holds (exit 3 if one does not)")
+    p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
+    p.add_argument("--json", action="store_true", help="the report as canonical JSON")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("context", help="a citable context packet of a receipt's evidence within a budget")
+    p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
+    p.add_argument("--max-chars", type=int, required=True, metavar="N", help="at most N characters in all")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="and at most N tokens of --tokenizer")
+    p.add_argument("--tokenizer", default="all-MiniLM-L6-v2", help="all-MiniLM-L6-v2 (exact) or chars/4 (estimate)")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
+    p.add_argument("--json", action="store_true", help="the packet as canonical JSON (passages, gaps, text)")
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("eval", help="measure retrieval quality per strategy against graded relevance judgments")
+    p.add_argument("queries", help="query set JSONL: {id, text, category?, handle?, hard_filters?} per line")
+    p.add_argument("qrels", help="graded judgments: JSONL {query, doc, grade} or TREC qrels 'query 0 doc grade'")
+    p.add_argument("--plans", help="labelled plans JSONL {query, strategy, plan} to evaluate beside the strategies")
+    p.add_argument("--strategies", help="comma-separated subset of lexical,conceptual,hybrid,exact (default: all)")
+    p.add_argument("--k", type=int, default=40, help="chunks each strategy reads (default 40)")
+    p.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=7, help="seed of the bootstrap and the paired test (default 7)")
+    p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+    p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
+    p.add_argument("--out", metavar="DIR", help="also write NAME.json, NAME.md and NAME.png there")
+    p.add_argument("--name", default="eval", help="file name stem under --out (default eval)")
+    p.add_argument("--title", default="Retrieval quality", help="heading of the markdown report")
+    p.add_argument("--json", action="store_true", help="print the report as canonical JSON instead of markdown")
+    p.set_defaults(func=cmd_eval, remote_timeout=5.0)

@@ -1,0 +1,314 @@
+"""Retrieval quality: which strategy finds what, measured against graded judgments.
+
+A query set (``{"id", "text", "category"?, "handle"?, "hard_filters"?}`` per JSONL line)
+expands into one single-obligation plan per strategy — ``lexical`` (BM25), ``conceptual``
+(dense vectors), ``hybrid`` (BM25 + vectors, RRF) and ``exact`` (identifier lookup, on the
+query's ``handle`` where it names one, else its text). Labelled plans (``{"query",
+"strategy", "plan"}`` per line) are evaluated as they are. Each receipt becomes a document
+ranking (evidence in rank order, first hit of each document), and ``race.evaluation.stats``
+scores it with ir-measures.
+
+Every relevant document a strategy missed at the cutoff is a work order that says where it
+ranked in each leg (a full-depth lexical and dense probe of the same query, and the exact
+lookup) and what lost it: ``gap`` (the obligation was not satisfied, or a shortfall gap),
+``filter`` (a hard filter of the query excludes the document), ``truncation`` (the strategy
+returned it, below the cutoff) or ``ranking`` (the strategy did not return it at all).
+
+A run whose scored obligation did not search — a ``timeout``, ``cancelled`` or
+``resource_limited`` shortfall gap — is not scored: it leaves that strategy's means (it is
+neither a miss nor a hit) and is counted as not scored with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, ValidationError
+
+from race.evaluation.stats import MEASURES, EvalReport, WorkOrder, score_runs
+from rsc import GapKind, GapSeverity, InputError, Record
+
+if TYPE_CHECKING:
+    from race.evaluation.batch import Runner
+    from race.receipt import Receipt
+
+STRATEGIES: dict[str, str] = {
+    "lexical": "lexical",
+    "conceptual": "conceptual",
+    "hybrid": "broad_question",
+    "exact": "identifier",
+}
+"""Strategy -> the query class whose default strategy it is."""
+
+
+class EvalQuery(Record):
+    id: str
+    text: str
+    category: str = ""
+    handle: str | None = None
+    """The identifier an exact lookup should use (a CVE number, an error code, a config key)."""
+    hard_filters: tuple[dict[str, Any], ...] = ()
+
+
+class Judgment(Record):
+    query: str
+    doc: str
+    grade: int = Field(ge=0)
+    passages: tuple[dict[str, Any], ...] = ()
+
+
+class LabelledPlan(Record):
+    query: str
+    strategy: str
+    plan: dict[str, Any]
+
+
+class Ranking(Record):
+    """One strategy's answer to one query, as documents in rank order."""
+
+    docs: tuple[str, ...]
+    status: str
+    shortfalls: tuple[str, ...] = ()
+    metadata: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    not_scored: str | None = None
+    """Why the run is no measure of the strategy (``kind: detail`` of the gap), or None."""
+
+
+NOT_SEARCHED = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.RESOURCE_LIMITED})
+"""Shortfall gaps after which a ranking says what the deadline or a bound left, not what the
+strategy finds: such a run is not scored."""
+
+
+def _jsonl(path: Path) -> list[tuple[int, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not JSON: {exc.msg}", where=f"{path}:{n}") from exc
+    return rows
+
+
+def _parse(model: type[Record], path: Path, n: int, row: Any) -> Any:
+    try:
+        return model.model_validate(row)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(f"field {'.'.join(map(str, err['loc']))}: {err['msg']}", where=f"{path}:{n}") from exc
+
+
+def load_queries(path: Path) -> tuple[EvalQuery, ...]:
+    queries = tuple(_parse(EvalQuery, path, n, row) for n, row in _jsonl(path))
+    if len({q.id for q in queries}) != len(queries):
+        raise InputError("query ids repeat", where=str(path))
+    return queries
+
+
+def load_plans(path: Path) -> tuple[LabelledPlan, ...]:
+    return tuple(_parse(LabelledPlan, path, n, row) for n, row in _jsonl(path))
+
+
+def load_judgments(path: Path) -> tuple[Judgment, ...]:
+    """Graded judgments from JSONL (``{"query", "doc", "grade"}``) or TREC qrels (``qid 0 doc grade``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+    if text.lstrip().startswith("{"):
+        return tuple(_parse(Judgment, path, n, row) for n, row in _jsonl(path))
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+            raise InputError("a TREC qrels line is 'query 0 doc grade'", where=f"{path}:{n}")
+        out.append(Judgment(query=parts[0], doc=parts[2], grade=max(0, int(parts[3]))))
+    return tuple(out)
+
+
+def strategy_plan(query: EvalQuery, strategy: str, *, k: int) -> dict[str, Any]:
+    """The single-obligation plan that asks ``query`` with ``strategy``."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})", where="--strategies")
+    text = query.handle if strategy == "exact" and query.handle else query.text
+    obligation: dict[str, Any] = {
+        "id": "q",
+        "kind": "seek_support",
+        "query": {"text": text},
+        "query_class": STRATEGIES[strategy],
+        "k": k,
+        "required_coverage": "heuristic",
+    }
+    if query.hard_filters:
+        obligation["hard_filters"] = list(query.hard_filters)
+    return {
+        "schema_version": "race.plan/1",
+        "root": "q",
+        "obligations": [obligation],
+        "operators": [],
+        "generations": {"identity": "race-eval/1", "source_dependence": "1", "freshness": "1", "authority": "1"},
+    }
+
+
+def ranking(receipt: Receipt, *, root: str | None = None) -> Ranking:
+    """The receipt's evidence as documents in rank order; ``root`` names the obligation
+    scored (where the plan's root is an operator, every obligation's gaps count)."""
+    docs: list[str] = []
+    metadata: dict[str, dict[str, Any]] = {}
+    for item in sorted(receipt.evidence, key=lambda e: e.rank):
+        hit = item.hits[0]
+        if hit.doc_id not in metadata:
+            docs.append(hit.doc_id)
+            metadata[hit.doc_id] = dict(hit.metadata)
+    shortfalls = sorted({g.kind.value for o in receipt.obligations for g in o.gaps if g.severity.value == "shortfall"})
+    statuses = sorted({o.status.value for o in receipt.obligations})
+    scored = [o for o in receipt.obligations if o.id == root] or list(receipt.obligations)
+    stopped = [g for o in scored for g in o.gaps if g.kind in NOT_SEARCHED and g.severity is GapSeverity.SHORTFALL]
+    return Ranking(
+        docs=tuple(docs),
+        status=",".join(statuses),
+        shortfalls=tuple(shortfalls),
+        metadata=metadata,
+        not_scored=f"{stopped[0].kind.value}: {stopped[0].detail}" if stopped else None,
+    )
+
+
+def _passes(filters: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any]) -> bool:
+    for f in filters:
+        value = metadata.get(str(f.get("field")))
+        op = f.get("op", "eq")
+        if op == "eq" and value != f.get("value"):
+            return False
+        if op == "in" and value not in (f.get("values") or ()):
+            return False
+        if op == "range" and (
+            value is None or ("gte" in f and str(value) < str(f["gte"])) or ("lte" in f and str(value) > str(f["lte"]))
+        ):
+            return False
+    return True
+
+
+Cause = Literal["gap", "filter", "truncation", "ranking"]
+
+
+def work_orders(
+    query: EvalQuery,
+    strategy: str,
+    answer: Ranking,
+    legs: Mapping[str, Ranking],
+    relevant: Mapping[str, int],
+    *,
+    cutoff: int,
+) -> list[WorkOrder]:
+    """The relevant documents ``strategy`` did not place in its top ``cutoff``, and why."""
+    known: dict[str, dict[str, Any]] = {}
+    for leg in legs.values():
+        for doc, meta in leg.metadata.items():
+            known.setdefault(doc, meta)
+    orders = []
+    for doc, grade in sorted(relevant.items(), key=lambda dg: (-dg[1], dg[0])):
+        if grade <= 0 or doc in answer.docs[:cutoff]:
+            continue
+        ranks = {name: (leg.docs.index(doc) + 1 if doc in leg.docs else None) for name, leg in sorted(legs.items())}
+        ranks[strategy] = answer.docs.index(doc) + 1 if doc in answer.docs else None
+        cause: Cause
+        if doc in answer.docs:
+            cause, detail = "truncation", f"returned at rank {ranks[strategy]}, below the cutoff {cutoff}"
+        elif query.hard_filters and doc in known and not _passes(query.hard_filters, known[doc]):
+            cause, detail = "filter", "a hard filter of the query excludes the document"
+        elif answer.shortfalls or "satisfied" not in answer.status.split(","):
+            cause = "gap"
+            detail = f"obligation {answer.status}; shortfall gaps: {', '.join(answer.shortfalls) or 'none'}"
+        else:
+            cause, detail = "ranking", f"not among the {len(answer.docs)} documents the strategy returned"
+        orders.append(
+            WorkOrder(query=query.id, strategy=strategy, doc=doc, grade=grade, cause=cause, ranks=ranks, detail=detail)
+        )
+    return orders
+
+
+async def evaluate(
+    engine: Runner,
+    queries: Sequence[EvalQuery],
+    judgments: Sequence[Judgment],
+    *,
+    strategies: Sequence[str] = tuple(STRATEGIES),
+    plans: Sequence[LabelledPlan] = (),
+    k: int = 40,
+    deep_k: int = 1000,
+    cutoff: int = 10,
+    samples: int = 2000,
+    seed: int = 7,
+) -> EvalReport:
+    """Run every strategy (and labelled plan) over the query set and score it."""
+    by_id = {q.id: q for q in queries}
+    relevant: dict[str, dict[str, int]] = {}
+    for j in judgments:  # judgments of queries outside the set are not this evaluation's
+        if j.query in by_id:
+            relevant.setdefault(j.query, {})[j.doc] = max(j.grade, relevant.get(j.query, {}).get(j.doc, 0))
+    unjudged = sorted(set(by_id) - set(relevant))
+    covered: dict[str, set[str]] = {}
+    for p in plans:
+        if p.query not in by_id:
+            raise InputError(f"plan for unknown query {p.query!r}", where="plans")
+        if p.strategy in strategies:
+            raise InputError(f"strategy {p.strategy!r} is also a built-in strategy of this run", where="plans")
+        covered.setdefault(p.strategy, set()).add(p.query)
+    for name, answered in sorted(covered.items()):
+        # A strategy is compared on the same queries as the others, or not at all.
+        if answered != set(by_id):
+            raise InputError(f"strategy {name!r} has plans for {len(answered)} of {len(by_id)} queries", where="plans")
+    runs: dict[str, dict[str, Ranking]] = {}
+    for strategy in strategies:
+        for q in queries:
+            runs.setdefault(strategy, {})[q.id] = ranking(await engine.run(strategy_plan(q, strategy, k=k)), root="q")
+    for p in plans:
+        receipt = await engine.run(p.plan, where=f"plan {p.query}")
+        runs.setdefault(p.strategy, {})[p.query] = ranking(receipt, root=str(p.plan.get("root", "")))
+    legs: dict[str, dict[str, Ranking]] = {}
+    for q in queries:
+        legs[q.id] = {
+            "lexical": ranking(await engine.run(strategy_plan(q, "lexical", k=deep_k))),
+            "conceptual": ranking(await engine.run(strategy_plan(q, "conceptual", k=deep_k))),
+            "exact": runs["exact"][q.id]
+            if "exact" in runs
+            else ranking(await engine.run(strategy_plan(q, "exact", k=k))),
+        }
+    orders = [
+        order
+        for strategy, answers in runs.items()
+        for qid, answer in sorted(answers.items())
+        for order in work_orders(by_id[qid], strategy, answer, legs[qid], relevant.get(qid, {}), cutoff=cutoff)
+    ]
+    categories = {q.id: q.category for q in queries}
+    doc_runs = {s: {qid: r.docs for qid, r in answers.items()} for s, answers in runs.items()}
+    not_scored = {
+        s: {qid: r.not_scored for qid, r in sorted(answers.items()) if r.not_scored is not None}
+        for s, answers in runs.items()
+    }
+    return score_runs(
+        doc_runs,
+        relevant,
+        categories,
+        orders,
+        not_scored=not_scored,
+        settings={
+            "k": k,
+            "deep_k": deep_k,
+            "cutoff": cutoff,
+            "samples": samples,
+            "seed": seed,
+            "measures": MEASURES,
+            "unjudged_queries": unjudged,
+        },
+        generations=engine.generations(),
+    )

@@ -1,0 +1,202 @@
+"""The leg runner: one backend request under the run's deadlines, limits and caches.
+
+Every fault is contained here, at the leg edge. Whatever an adapter raises, of any type and
+on any thread, becomes a gap on the obligation it served (I7); a leg that does not answer
+by its timeout is a ``timeout`` gap and its late answer is discarded (adapters run blocking
+work on threads that a cancelled leg abandons); the plan deadline bounds every read (I17).
+An answer is screened before anything reads it: malformed hits are dropped with a
+``backend_error`` gap that counts them. The run's operational record (timings, calls,
+cache and model-call counts) is kept beside the results, never in them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+
+from backends.base import UNKNOWN_GENERATION as UNKNOWN_GENERATION
+from backends.base import Adapter
+from planner import Generations, ScanNode
+from race.run.answers import screen
+from race.run.outcome import FAILURE_GAPS, gap
+from rsc import BackendTimeout, Contract, Gap, GapKind, ScanRequest, ScanResult, SnapshotMoved, fingerprint
+
+
+class ScanCache(Protocol):
+    """Where a leg reads and keeps scan results by request key (``race.state.cache.ResultCache``)."""
+
+    def get(self, key: str) -> ScanResult | None: ...
+
+    def put(self, key: str, result: ScanResult) -> None: ...
+
+
+@dataclass
+class LegRecord:
+    ms: float
+    cache: str
+    hits: int
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A leg's result (``None`` when it failed) and the gaps the leg itself gives."""
+
+    result: ScanResult | None
+    gaps: tuple[Gap, ...]
+
+
+@dataclass
+class Operational:
+    legs: dict[str, LegRecord] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=lambda: {"hit": 0, "miss": 0})
+    model_calls_made: int = 0
+
+
+def failure_detail(exc: BaseException) -> str:
+    """An exception as a gap names it: its type (the live one, for a replayed failure) and text."""
+    kind = getattr(exc, "original_type", None) or type(exc).__name__
+    text = str(exc).strip() or "no message"
+    return f"{kind}: {text}"
+
+
+class LegRunner:
+    def __init__(
+        self,
+        *,
+        adapters: Mapping[str, Adapter],
+        generations: Mapping[str, str],
+        caller: Generations,
+        contracts: Mapping[str, Contract],
+        deadline: float,
+        deadline_ms: int,
+        concurrency: int,
+        cache: ScanCache | None,
+    ) -> None:
+        self.adapters = adapters
+        self.generations = generations
+        self.caller = caller
+        self.contracts = contracts
+        self.deadline = deadline
+        self.deadline_ms = deadline_ms
+        self.cache = cache
+        self.operational = Operational()
+        self._limiters = {name: anyio.CapacityLimiter(concurrency) for name in sorted(adapters)}
+        self._answered: dict[str, ScanResult] = {}
+
+    def remaining_ms(self) -> float:
+        return (self.deadline - time.monotonic()) * 1000.0
+
+    async def fetch(self, scan: ScanNode, obligation: str, label: str) -> Answer:
+        """``scan``'s request through the result cache, the backend's concurrency limit and the
+        leg and plan deadlines; a request already answered in this run is not sent again."""
+        request = scan.request
+        backend = request.backend
+        planned = tuple(scan.planned_gaps)
+        adapter = self.adapters.get(backend)
+        record = self.operational.legs
+        if adapter is None:
+            record[label] = LegRecord(0.0, "none", 0, "backend_error")
+            why = f"backend {backend!r} is not open in this engine"
+            return Answer(None, (*planned, gap(GapKind.BACKEND_ERROR, obligation, why, backend)))
+        # The snapshot the adapters are pinned to for this run: what the plan was made with.
+        generation = self.generations.get(backend, UNKNOWN_GENERATION)
+        contract = self.contracts.get(scan.rsc)
+        # Everything the answer depends on: the translated request (query, filters, k, mode,
+        # backend), the contract and its translator, the pinned snapshot, the caller's generations.
+        key = fingerprint(
+            {
+                "request": request,
+                "contract": scan.rsc,
+                "translator": contract.translator_version if contract is not None else "",
+                "generation": generation,
+                "caller": self.caller,
+            }
+        )
+        if key in self._answered:
+            return Answer(self._answered[key], planned)
+        cacheable = self.cache is not None and contract is not None and generation != UNKNOWN_GENERATION
+        started = time.monotonic()
+        result = self.cache.get(key) if cacheable and self.cache is not None else None
+        if result is not None:
+            self.operational.cache["hit"] += 1
+            self._answered[key] = result
+            record[label] = LegRecord(round((time.monotonic() - started) * 1000.0, 3), "hit", len(result.hits), "ok")
+            return Answer(result, planned)
+        remaining = self.remaining_ms()
+        if remaining <= 0:
+            record[label] = LegRecord(0.0, "none", 0, "resource_limited")
+            why = f"plan deadline {self.deadline_ms} ms passed before the leg started"
+            return Answer(None, (*planned, gap(GapKind.RESOURCE_LIMITED, obligation, why, backend)))
+        self.operational.calls[backend] = self.operational.calls.get(backend, 0) + 1
+        result, failure = await self._call(adapter, scan, obligation, remaining)
+        elapsed = round((time.monotonic() - started) * 1000.0, 3)
+        if result is None:
+            assert failure is not None
+            record[label] = LegRecord(elapsed, "miss", 0, failure.kind.value)
+            return Answer(None, (*planned, failure))
+        self.operational.model_calls_made += result.model_calls
+        result, malformed = screen(request, result, contract.score_kind if contract is not None else None)
+        gaps = planned if malformed is None else (*planned, malformed)
+        clean = malformed is None and not any(g.kind in FAILURE_GAPS for g in result.gaps)
+        if cacheable and self.cache is not None and clean:
+            self.cache.put(key, result)
+            self.operational.cache["miss"] += 1
+        self._answered[key] = result
+        record[label] = LegRecord(elapsed, "miss", len(result.hits), "ok" if malformed is None else "malformed")
+        return Answer(result, gaps)
+
+    async def _call(
+        self, adapter: Adapter, scan: ScanNode, obligation: str, remaining_ms: float
+    ) -> tuple[ScanResult | None, Gap | None]:
+        """One adapter call; every way it can fail is a gap."""
+        backend = scan.request.backend
+        plan_bound = remaining_ms < scan.deadline_ms
+        timeout_ms = min(float(scan.deadline_ms), remaining_ms)
+        try:
+            with anyio.move_on_after(timeout_ms / 1000.0) as scope:
+                return await self._limited(backend, adapter, scan.request), None
+        except TimeoutError as exc:
+            # A replayed deadline carries the live run's verdict; replay never re-measures time.
+            if hasattr(exc, "plan_bound"):
+                return None, self._deadline_gap(scan, obligation, bool(exc.plan_bound))
+            return None, gap(GapKind.TIMEOUT, obligation, f"{scan.rsc}: {failure_detail(exc)}", backend)
+        except BackendTimeout as exc:
+            return None, gap(GapKind.TIMEOUT, obligation, f"{scan.rsc}: {exc}", backend)
+        except SnapshotMoved as exc:
+            # The leg is refused: its backend cannot be read at the snapshot the plan was made with.
+            return None, gap(GapKind.SNAPSHOT_MOVED, obligation, f"{scan.rsc}: {exc}", backend)
+        except Exception as exc:
+            return None, gap(GapKind.BACKEND_ERROR, obligation, f"{scan.rsc}: {failure_detail(exc)}", backend)
+        assert scope.cancelled_caught
+        return None, self._deadline_gap(scan, obligation, plan_bound)
+
+    def _deadline_gap(self, scan: ScanNode, obligation: str, plan_bound: bool) -> Gap:
+        if plan_bound:
+            why = f"cancelled at the plan deadline ({self.deadline_ms} ms)"
+        else:
+            why = f"no answer within the leg deadline of {scan.deadline_ms} ms"
+        kind = GapKind.CANCELLED if plan_bound else GapKind.TIMEOUT
+        detail = f"{scan.rsc}: {why}; absence of hits is not absence of evidence"
+        return gap(kind, obligation, detail, scan.request.backend)
+
+    async def _limited(self, backend: str, adapter: Adapter, request: ScanRequest) -> ScanResult:
+        """``adapter.scan`` within the backend's concurrency limit. A free slot is taken without
+        a trip through the event loop; a full limiter waits (and can be cancelled) as usual."""
+        limiter = self._limiters[backend]
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await limiter.acquire()
+        try:
+            result = await adapter.scan(request)
+        finally:
+            limiter.release()
+        if not isinstance(result, ScanResult):
+            raise TypeError(f"adapter {backend!r} answered {type(result).__name__}, not a ScanResult")
+        return result

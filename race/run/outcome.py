@@ -1,0 +1,190 @@
+"""What a physical node produces: an immutable ``Outcome`` of ranked ``Item``s.
+
+Outcomes and items are frozen. An operator builds a new outcome from its inputs and never
+changes them, so a node read by several parents is one value for every reader, whatever
+order they run in (I5). Statuses, relations and provenance are sets and tuples that only a
+new item can extend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from race.receipt import Collapsed, Fusion
+from rsc import (
+    EvidenceStatus,
+    Gap,
+    GapKind,
+    GapSeverity,
+    Hit,
+    ObligationStatus,
+    SearchCoverage,
+    SupportClosure,
+    fingerprint,
+)
+
+# Stronger statuses win when one evidence unit is reached along several paths.
+STATUS_PRECEDENCE = (
+    EvidenceStatus.STALE_EVIDENCE,
+    EvidenceStatus.CONFLICTING_EVIDENCE,
+    EvidenceStatus.CORROBORATED_FACT,
+    EvidenceStatus.CANDIDATE_REFUTATION,
+    EvidenceStatus.CANDIDATE_FACT,
+    EvidenceStatus.DERIVED_RELATION,
+    EvidenceStatus.RETRIEVED_OBSERVATION,
+)
+FAILURE_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
+
+
+@dataclass(frozen=True)
+class Item:
+    """One evidence unit as a node sees it: its hits, the obligations that found it, and how
+    its position was chosen."""
+
+    key: str
+    hits: tuple[Hit, ...] = ()
+    obligations: frozenset[str] = frozenset()
+    statuses: frozenset[EvidenceStatus] = frozenset()
+    relations: frozenset[str] = frozenset()
+    fusion: Fusion | None = None
+    origin: str | None = None
+    collapsed: Collapsed | None = None
+    """The copies an obligation's ``collapse`` folded into this item (``race.run.collapse``)."""
+
+    @property
+    def doc_id(self) -> str:
+        return self.hits[0].doc_id if self.hits else self.key.split(":", 1)[-1]
+
+    @property
+    def stale(self) -> bool:
+        return EvidenceStatus.STALE_EVIDENCE in self.statuses
+
+    @property
+    def status(self) -> EvidenceStatus:
+        return next((s for s in STATUS_PRECEDENCE if s in self.statuses), EvidenceStatus.RETRIEVED_OBSERVATION)
+
+    def merged(self, other: Item) -> Item:
+        """This item and what ``other`` knows of the same unit; this item's provenance leads."""
+        seen = {(h.custody.request, h.custody.rank) for h in self.hits}
+        extra = tuple(h for h in other.hits if (h.custody.request, h.custody.rank) not in seen)
+        return Item(
+            key=self.key,
+            hits=self.hits + extra,
+            obligations=self.obligations | other.obligations,
+            statuses=self.statuses | other.statuses,
+            relations=self.relations | other.relations,
+            fusion=self.fusion or other.fusion,
+            origin=self.origin or other.origin,
+            collapsed=_merged_copies(self.collapsed, other.collapsed),
+        )
+
+    def with_status(self, status: EvidenceStatus) -> Item:
+        return self if status in self.statuses else dataclasses.replace(self, statuses=self.statuses | {status})
+
+    def replace(
+        self,
+        *,
+        fusion: Fusion | None = None,
+        origin: str | None = None,
+        obligations: Iterable[str] = (),
+        relations: Iterable[str] = (),
+        statuses: Iterable[EvidenceStatus] = (),
+    ) -> Item:
+        return Item(
+            key=self.key,
+            hits=self.hits,
+            obligations=self.obligations | frozenset(obligations),
+            statuses=self.statuses | frozenset(statuses),
+            relations=self.relations | frozenset(relations),
+            fusion=fusion if fusion is not None else self.fusion,
+            origin=origin if origin is not None else self.origin,
+            collapsed=self.collapsed,
+        )
+
+
+def _merged_copies(first: Collapsed | None, second: Collapsed | None) -> Collapsed | None:
+    """Every copy either view of one item collapsed, once, at its best rank; the first's grouping."""
+    if first is None or second is None:
+        return first or second
+    best = {c.key: c for c in sorted((*first.copies, *second.copies), key=lambda c: (c.rank, c.key), reverse=True)}
+    return first.model_copy(update={"copies": tuple(sorted(best.values(), key=lambda c: (c.rank, c.key)))})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A node's ranked items, its coverage and closure, and every gap below it.
+
+    ``origins`` and ``opposition`` are what a corroborate or oppose node established; the
+    runtime copies them into the operator's receipt. ``note`` is what an operator says of how it
+    worked: a union's early-stop account, a corroborate's rule for counting origins."""
+
+    node: str
+    items: tuple[Item, ...]
+    coverage: SearchCoverage
+    closure: SupportClosure
+    gaps: tuple[Gap, ...] = ()
+    failed: bool = False
+    origins: tuple[str, ...] | None = None
+    opposition: SearchCoverage | None = None
+    note: str | None = None
+
+    @cached_property
+    def by_key(self) -> Mapping[str, Item]:
+        return {item.key: item for item in self.items}
+
+    @property
+    def ranking(self) -> tuple[str, ...]:
+        return tuple(item.key for item in self.items)
+
+    @property
+    def current(self) -> tuple[Item, ...]:
+        """The items that are not stale (I16)."""
+        return tuple(item for item in self.items if not item.stale)
+
+    def docs(self) -> frozenset[str]:
+        return frozenset(item.doc_id for item in self.items)
+
+    def replace(self, **changes: object) -> Outcome:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def failed_outcome(node: str, gaps: Sequence[Gap], coverage: SearchCoverage = SearchCoverage.UNKNOWN) -> Outcome:
+    return Outcome(node, (), coverage, failure_closure(gaps), tuple(gaps), failed=True)
+
+
+def gap(kind: GapKind, node: str, detail: str, backend: str | None = None, *, caveat: bool = False) -> Gap:
+    return Gap(
+        kind=kind,
+        obligation=node,
+        backend=backend,
+        detail=detail,
+        severity=GapSeverity.CAVEAT if caveat else GapSeverity.SHORTFALL,
+    )
+
+
+def failure_closure(gaps: Sequence[Gap]) -> SupportClosure:
+    if any(g.kind is GapKind.RESOURCE_LIMITED for g in gaps):
+        return SupportClosure.RESOURCE_LIMITED
+    return SupportClosure.PARTIAL
+
+
+def sorted_gaps(gaps: Iterable[Gap]) -> tuple[Gap, ...]:
+    unique = {fingerprint(g): g for g in gaps}
+    return tuple(sorted(unique.values(), key=lambda g: (g.obligation, g.kind.value, g.backend or "", g.detail)))
+
+
+def shortfall(gaps: Iterable[Gap]) -> bool:
+    return any(g.severity is GapSeverity.SHORTFALL for g in gaps)
+
+
+def status_of(outcome: Outcome, gaps: Iterable[Gap], required: SearchCoverage | None = None) -> ObligationStatus:
+    """An obligation's or operator's status: ``unsatisfied`` when it failed with nothing found,
+    ``partial`` when short of its required coverage or with a shortfall gap, else ``satisfied``."""
+    if outcome.failed and not outcome.items:
+        return ObligationStatus.UNSATISFIED
+    if (required is not None and outcome.coverage.rank < required.rank) or shortfall(gaps):
+        return ObligationStatus.PARTIAL
+    return ObligationStatus.SATISFIED

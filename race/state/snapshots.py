@@ -1,0 +1,98 @@
+"""Pinning a run's backends to the snapshots its plan was made with (SPEC §7).
+
+A plan is made with every backend's generation as read just before it; the run then reads
+those snapshots and no others, whatever commits land while its legs are in flight. Each
+backend the run reads is replaced, for this run only, by ``adapter.pin(generation)``:
+tantivy holds one searcher, LanceDB checks the planned table version out, the graph keeps
+its loaded snapshot, a remote checks the generation every answer carries. A snapshot that
+cannot be pinned (gone, moved, or unknown) gives an adapter whose scans raise
+``SnapshotMoved``, so those legs are ``snapshot_moved`` gaps naming both generations; a
+receipt's hits therefore always carry the generations its fingerprints name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+from functools import partial
+
+import anyio
+
+from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot
+from planner import Explain, scans
+from race.run.context import gather
+from rsc import BackendUnavailable, ScanRequest, ScanResult
+
+LINEAGE_BACKEND = "graph"
+"""The backend whose source-dependence answers the runtime reads beside the legs."""
+
+
+def backends_read(explain: Explain, adapters: Collection[str]) -> frozenset[str]:
+    """The backends a run of ``explain`` reads: those its scans name, and the lineage source.
+
+    Only these are pinned; a backend the plan does not read costs the run nothing.
+    """
+    read = {scan.request.backend for scan in scans(explain.physical)} | {LINEAGE_BACKEND}
+    return frozenset(name for name in adapters if name in read)
+
+
+def modes_read(explain: Explain, adapters: Collection[str]) -> dict[str, frozenset[str]]:
+    """The scan modes a run of ``explain`` asks of each backend it reads: what its set-up covers."""
+    modes: dict[str, set[str]] = {name: set() for name in backends_read(explain, adapters)}
+    for scan in scans(explain.physical):
+        if scan.request.backend in modes:
+            modes[scan.request.backend].add(scan.request.mode)
+    return {name: frozenset(found) for name, found in sorted(modes.items())}
+
+
+async def pin_snapshots(
+    adapters: Mapping[str, Adapter],
+    generations: Mapping[str, str],
+    *,
+    read: Collection[str],
+    deadline: float,
+) -> dict[str, Adapter]:
+    """``adapters`` with each one in ``read`` pinned to its planned generation, all at once and
+    within ``deadline`` (a ``time.monotonic`` instant; the run's plan deadline). The others are
+    passed through as they are."""
+    names = [name for name in adapters if name in read]
+    limit = max(deadline - time.monotonic(), 0.0)
+
+    async def pin(name: str) -> Adapter:
+        adapter = adapters[name]
+        planned = generations.get(name, UNKNOWN_GENERATION)
+        try:
+            return await adapter.pin(planned)
+        except Exception as exc:
+            # An adapter's fault, of any type, is its legs' gap, never the run's failure.
+            return _PinFailed(adapter, planned=planned, detail=f"{type(exc).__name__}: {exc}")
+
+    pinned: dict[str, Adapter] = {}
+    with anyio.move_on_after(limit):
+        pinned = dict(zip(names, await gather([partial(pin, name) for name in names]), strict=True))
+    out: dict[str, Adapter] = {}
+    for name, adapter in adapters.items():
+        if name not in read:
+            out[name] = adapter
+        elif name in pinned:
+            out[name] = pinned[name]
+        else:
+            # The plan deadline passed first; no leg starts after it, but none may read unpinned.
+            planned = generations.get(name, UNKNOWN_GENERATION)
+            out[name] = RefusedSnapshot(
+                adapter, planned=planned, current=UNKNOWN_GENERATION, reason="was not pinned before the plan deadline"
+            )
+    return out
+
+
+class _PinFailed(RefusedSnapshot):
+    """A backend whose pinning raised: its scans fail as that backend error."""
+
+    def __init__(self, inner: Adapter, *, planned: str, detail: str) -> None:
+        super().__init__(inner, planned=planned, current=UNKNOWN_GENERATION, reason="could not be pinned")
+        self.detail = detail
+
+    async def scan(self, request: ScanRequest) -> ScanResult:
+        raise BackendUnavailable(
+            f"pinning the planned snapshot {self.planned} failed: {self.detail}", where=request.rsc_id
+        )
