@@ -8,13 +8,14 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, Unpack, cast
 
 import anyio
 
 from backends import Adapter
 from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
 from race.evaluation.batch import PlanFailure, run_many
+from race.facts import SETUP_TIMEOUT_S, BackendFacts
 from race.indexing.bundled import ensure_bundled_index
 from race.indexing.indexing import absent_contracts, check_plan_filters
 from race.indexing.instances import connect_remotes as connect_remotes
@@ -26,16 +27,11 @@ from race.receipt import Operational, Receipt
 from race.run.executor import Executor, Lineage
 from race.run.legs import UNKNOWN_GENERATION
 from race.run.roles import index_roles
-from race.search import KindName, StrategyName, WhereInput, plan_for_search
+from race.search import SearchOptions, plan_for_search
 from race.state.cache import PlanCache, ResultCache
 from race.state.retain import RunRecorder
 from race.state.snapshots import backends_read, modes_read, pin_snapshots
-from rsc import Contract, GapKind, InputError, calibrated, most_specific
-
-SETUP_TIMEOUT_S = 120.0
-"""How long ``warm`` waits for the backends' set-up before the run starts anyway (a backend still
-setting up then opens within the run, and its legs say what became of them)."""
-
+from rsc import Contract, GapKind, InputError, most_specific
 
 # A receipt with a gap that depends on timing, on a backend's health or on a snapshot that
 # moved under the run is never cached.
@@ -59,7 +55,7 @@ def _one_error(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R
     return call
 
 
-class Engine:
+class Engine(BackendFacts):
     """Plans and runs logical plans over the backends of one index directory."""
 
     absent: tuple[tuple[Contract, str], ...] = ()
@@ -74,31 +70,11 @@ class Engine:
         result_cache: ResultCache | None = None,
         early_stop: bool = True,
     ) -> None:
-        self.adapters = dict(sorted(adapters.items()))
+        super().__init__(adapters, extra_contracts=extra_contracts, statistics=statistics)
         # Whether a union admissible for early stop (I9) may stop early; when off it is evaluated
         # in full, which gives the same top k (the benchmark and tests compare the two).
         self.early_stop = early_stop
-        self._contracts = tuple(
-            sorted(
-                [c for a in self.adapters.values() for c in a.index_contracts()] + list(extra_contracts),
-                key=lambda c: (c.rsc_id, c.version),
-            )
-        )
-        self._contract_refs = {f"{c.rsc_id}@{c.version}": c for c in self._contracts}
-        # Recall measured on each backend's index, by the generation it was measured at; read
-        # again when a backend's generation moves past it (an index rebuilt in place).
-        self._calibrations = {n: found for n, a in self.adapters.items() if (found := a.calibrations()) is not None}
-        self._calibrations_read: dict[str, str] = {}
-        # (backend, modes) whose set-up (imports, opens, weights, matrices) is done.
-        self._warmed: set[tuple[str, frozenset[str] | None]] = set()
         self._warmed_plans: set[str] = set()
-        self._calibrated: dict[tuple[tuple[str, str], ...], tuple[Contract, ...]] = {}
-        self._statistics_fixed = statistics is not None
-        # The statistics given, or what the adapters reported by the generations they were read
-        # at; with its fingerprint.
-        self._statistics_read: tuple[tuple[tuple[str, str], ...] | None, Statistics, str] | None = (
-            (None, statistics, statistics.fingerprint) if statistics is not None else None
-        )
         self.plan_cache: PlanCache[Explain] = PlanCache()
         self.receipt_cache: PlanCache[Receipt] = PlanCache()
         self.result_cache = result_cache if result_cache is not None else ResultCache()
@@ -169,104 +145,12 @@ class Engine:
     def bundled(cls, cache_dir: Path | None = None) -> Engine:
         return cls.open(ensure_bundled_index(cache_dir))
 
-    # -- facts -----------------------------------------------------------------------------
-
-    def contracts(self) -> tuple[Contract, ...]:
-        return self._contracts
-
-    def contracts_at(self, generations: Mapping[str, str]) -> tuple[Contract, ...]:
-        """The contracts as they stand at ``generations``: an approximate contract carries the
-        recall measured on its index only where that measurement is of this very generation."""
-        self._refresh_calibrations(generations)
-        current = tuple(sorted((n, g) for n, (g, _) in self._calibrations.items() if generations.get(n) == g))
-        if not current:
-            return self._contracts
-        found = self._calibrated.get(current)
-        if found is None:
-            by_ref = {
-                (name, c.rsc_id, c.rsc_version): c for name, _ in current for c in self._calibrations[name][1]
-            }
-            found = tuple(
-                calibrated(c, by_ref[(c.backend, c.rsc_id, c.version)])
-                if (c.backend, c.rsc_id, c.version) in by_ref
-                else c
-                for c in self._contracts
-            )
-            self._calibrated[current] = found
-        return found
-
-    def _refresh_calibrations(self, generations: Mapping[str, str]) -> None:
-        """Read a backend's calibration file again when the run sees a generation that neither the
-        kept calibration nor the last read was made at: a long-lived engine then promises what a
-        fresh one over the same index promises."""
-        for name, generation in generations.items():
-            if generation == UNKNOWN_GENERATION or self._calibrations_read.get(name) == generation:
-                continue
-            kept = self._calibrations.get(name)
-            if kept is not None and kept[0] == generation:
-                continue
-            self._calibrations_read[name] = generation
-            try:
-                found = self.adapters[name].calibrations()
-            except Exception:
-                found = None  # unreadable now: no recall is promised from it
-            if found is None:
-                self._calibrations.pop(name, None)
-            else:
-                self._calibrations[name] = found
-            self._calibrated.clear()
-
-    def generations(self) -> dict[str, str]:
-        return {name: adapter.generation() for name, adapter in self.adapters.items()}
-
-    async def current_generations(self, *, deadline: float | None = None) -> dict[str, str]:
-        """Every backend's generation, read fresh for each plan and run (I6), within ``deadline``
-        (a ``time.monotonic`` instant). A generation that cannot be read in time, or whose read
-        fails, is ``unknown``: never a cache hit, and the legs say so.
-
-        Local reads are a ``stat`` or two and answer at once, so they are read one after the
-        other under one deadline scope, without the cost of a task per backend; a read that
-        waits (a remote) is cut by the scope, and every backend not read by then is unknown."""
-        generations = dict.fromkeys(self.adapters, UNKNOWN_GENERATION)
-        limit = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        with anyio.move_on_after(limit):
-            for name, adapter in self.adapters.items():
-                try:
-                    generations[name] = await adapter.current_generation()
-                except Exception:
-                    generations[name] = UNKNOWN_GENERATION
-        return generations
-
-    def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
-        """The statistics plans are costed with: the ones given to the engine, or else what the
-        adapters report, read again when a backend's generation differs from the ``generations``
-        they were last read at. A long-lived engine then costs a plan as a fresh one over the
-        same snapshots does, so both choose the same physical plan."""
-        return self._statistics(generations)[1]
-
-    def statistics_fingerprint(self, generations: Mapping[str, str] | None = None) -> str:
-        return self._statistics(generations)[2]
-
-    def _statistics(self, generations: Mapping[str, str] | None) -> tuple[object, Statistics, str]:
-        key = tuple(sorted(generations.items())) if generations is not None else None
-        known = self._statistics_read
-        if known is not None and (self._statistics_fixed or key is None or known[0] == key):
-            return known
-        stats = Statistics(backends={n: a.statistics() for n, a in self.adapters.items()})
-        self._statistics_read = (key, stats, stats.fingerprint)
-        return self._statistics_read
-
     def lineage(self, adapters: Mapping[str, Adapter] | None = None) -> Lineage | None:
         """The graph's source-dependence answers (of ``adapters``, a run's pinned ones, if given)."""
         graph = (self.adapters if adapters is None else adapters).get("graph")
         if graph is not None and hasattr(graph, "origins") and hasattr(graph, "related"):
             return cast(Lineage, graph)
         return None
-
-    def models(self) -> tuple[dict[str, str | int], ...]:
-        """The identity (name, dims, weights sha256) of every model a backend of this engine runs."""
-        out = [model for adapter in self.adapters.values() for model in adapter.models()]
-        return tuple(sorted(out, key=lambda m: str(m.get("name", ""))))
 
     # -- planning --------------------------------------------------------------------------
 
@@ -339,25 +223,7 @@ class Engine:
             explain = (await anyio.to_thread.run_sync(self._plan, logical, generations, where))[0]
             needs = dict(modes_read(explain, self.adapters))
             self._warmed_plans.add(digest)
-        todo = [
-            (name, modes)
-            for name, modes in needs.items()
-            if (name, modes) not in self._warmed and (name, None) not in self._warmed
-        ]
-        if not todo:
-            return 0.0
-
-        async def one(name: str, modes: frozenset[str] | None) -> None:
-            try:
-                await anyio.to_thread.run_sync(self.adapters[name].warm, modes, abandon_on_cancel=True)
-            except Exception:
-                return  # left for the legs to report, each as its own gap
-            self._warmed.add((name, modes))
-
-        with anyio.move_on_after(SETUP_TIMEOUT_S):
-            async with anyio.create_task_group() as group:
-                for name, modes in todo:
-                    group.start_soon(one, name, modes)
+        await self.set_up(needs)
         return time.monotonic() - started
 
     # -- running ---------------------------------------------------------------------------
@@ -479,54 +345,33 @@ class Engine:
 
     # -- one-line search --------------------------------------------------------------------
 
-    def plan_for_search(
-        self,
-        text: str,
-        *,
-        k: int = 10,
-        where: WhereInput = None,
-        strategy: StrategyName | None = None,
-        kind: KindName = "seek_support",
-        index: str | None = None,
-    ) -> LogicalPlan:
+    def plan_for_search(self, text: str, **options: Unpack[SearchOptions]) -> LogicalPlan:
         """The one-obligation plan ``search`` runs (``race.search.plan_for_search``); ``index``
         limits it to one backend or catalog instance's contracts."""
+        index = options.get("index")
         allow: tuple[str, ...] = ()
         if index is not None:
             adapter = self.adapters.get(index)
             if adapter is None:
                 raise InputError(f"no backend or instance {index!r} (known: {', '.join(self.adapters)})", where="index")
             allow = tuple(sorted({c.rsc_id for c in adapter.index_contracts()}))
-        found = plan_for_search(text, k=k, where=where, strategy=strategy, kind=kind, allow_contracts=allow)
+        found = plan_for_search(
+            text,
+            k=options.get("k", 10),
+            where=options.get("where"),
+            strategy=options.get("strategy"),
+            kind=options.get("kind", "seek_support"),
+            allow_contracts=allow,
+        )
         return plan_from_dict(found, where="search")
 
-    async def search(
-        self,
-        text: str,
-        *,
-        k: int = 10,
-        where: WhereInput = None,
-        strategy: StrategyName | None = None,
-        kind: KindName = "seek_support",
-        index: str | None = None,
-    ) -> Receipt:
-        """Search ``text`` and return the receipt: ``run(plan_for_search(...))``."""
-        plan = self.plan_for_search(text, k=k, where=where, strategy=strategy, kind=kind, index=index)
-        return await self.run(plan, where="search")
+    async def search(self, text: str, **options: Unpack[SearchOptions]) -> Receipt:
+        """Search ``text`` (``k``, ``where``, ``strategy``, ``kind``, ``index``: ``SearchOptions``)
+        and return the receipt: ``run(plan_for_search(...))``."""
+        return await self.run(self.plan_for_search(text, **options), where="search")
 
-    def search_sync(
-        self,
-        text: str,
-        *,
-        k: int = 10,
-        where: WhereInput = None,
-        strategy: StrategyName | None = None,
-        kind: KindName = "seek_support",
-        index: str | None = None,
-    ) -> Receipt:
-        return self._portal.call(
-            lambda: self.search(text, k=k, where=where, strategy=strategy, kind=kind, index=index)
-        )
+    def search_sync(self, text: str, **options: Unpack[SearchOptions]) -> Receipt:
+        return self._portal.call(lambda: self.search(text, **options))
 
     # -- sync wrappers ---------------------------------------------------------------------
 
@@ -541,4 +386,3 @@ class Engine:
 
     def run_many_sync(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         return self._portal.call(lambda: self.run_many(plans, concurrency=concurrency))
-

@@ -9,7 +9,7 @@ is an ordinary ``race.plan/1`` document, the one a user would write by hand, so 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict
 
 from rsc import InputError
 
@@ -87,6 +87,18 @@ class Where:
 
 
 WhereInput: TypeAlias = Where | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+
+
+class SearchOptions(TypedDict, total=False):
+    """``engine.search``'s options, each optional: ``k`` (10), ``where`` (no filter), ``strategy``
+    (none: a ``broad_question``, served hybrid), ``kind`` (``seek_support``), ``index`` (every
+    backend)."""
+
+    k: int
+    where: WhereInput
+    strategy: StrategyName | None
+    kind: KindName
+    index: str | None
 
 
 def _scalar(value: object, field: str) -> Scalar:

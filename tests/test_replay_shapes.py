@@ -13,7 +13,7 @@ import pytest
 
 from race.cli.main import main
 from race.engine import Engine
-from race.state.retain import artifact_path, sha256_digest
+from race.state.artifacts import artifact_path, sha256_digest
 from tests.conftest import FIXTURES
 
 PLAN = FIXTURES / "plans" / "corroborate_independent.json"

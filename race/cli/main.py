@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     receipt = engine.run_sync(logical, where=args.plan, retain=retain)
     sys.stdout.write(receipt_json(receipt) if args.json else receipt_text(receipt))
     if retain is not None:
-        from race.state.retain import receipt_path
+        from race.state.artifacts import receipt_path
 
         where = receipt_path(retain, receipt)
         print(f"race: retained {len(receipt.retained)} artifacts; receipt {where}", file=sys.stderr)

@@ -22,15 +22,15 @@ from backends.remote import decode_exchange
 from planner import Explain, LogicalPlan
 from race.receipt import Lineage as ReceiptLineage
 from race.receipt import Receipt
-from race.state.retain import (
+from race.state.artifacts import (
     ARTIFACT_SCHEMA_VERSION,
-    Delegate,
     artifact_path,
     decode_body,
     lookup_key,
     response_exchange,
     sha256_digest,
 )
+from race.state.retain import Delegate
 from rsc import (
     ArtifactMissing,
     ArtifactTampered,

@@ -25,10 +25,6 @@ file is written to a temporary name and renamed into place.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import hashlib
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,45 +35,30 @@ import anyio
 import anyio.to_thread
 
 from backends import Adapter
-from backends.remote.decode import Exchange
 from planner import Explain, LogicalPlan, scans
 from race.receipt import Lineage as ReceiptLineage
 from race.receipt import Receipt
 from race.run.executor import Lineage
 from race.run.legs import LegRecord
+from race.state.artifacts import (
+    ARTIFACT_SCHEMA_VERSION,
+    PLANS,
+    RECEIPTS,
+    artifact_path,
+    encode_body,
+    exchange_response,
+    hex_of,
+    lookup_key,
+    sha256_digest,
+    utc_now,
+    write_atomically,
+)
 from rsc import BackendStatistics, Contract, InputError, ScanRequest, ScanResult, canonical_json, fingerprint
 
 if TYPE_CHECKING:
     from backends.remote import RemoteAdapter
 
-ARTIFACT_SCHEMA_VERSION = "race.artifact/1"
-ARTIFACTS = "artifacts"
-PLANS = "plans"
-RECEIPTS = "receipts"
-
 Outcome = Literal["response", "error", "deadline", "not_started"]
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def encode_body(data: bytes) -> dict[str, str]:
-    """Body bytes as a JSON string, exactly: UTF-8 text as is, anything else as base64."""
-    try:
-        return {"body": data.decode("utf-8"), "body_encoding": "utf-8"}
-    except UnicodeDecodeError:
-        return {"body": base64.b64encode(data).decode("ascii"), "body_encoding": "base64"}
-
-
-def decode_body(response: Mapping[str, Any]) -> bytes:
-    if response["body_encoding"] == "base64":
-        return base64.b64decode(str(response["body"]), validate=True)
-    return str(response["body"]).encode("utf-8")
 
 
 def _is_remote(adapter: Adapter | None) -> TypeGuard[RemoteAdapter]:
@@ -85,26 +66,6 @@ def _is_remote(adapter: Adapter | None) -> TypeGuard[RemoteAdapter]:
     over local backends never imports the HTTP client to ask."""
     module = sys.modules.get("backends.remote.adapter")
     return module is not None and isinstance(adapter, module.RemoteAdapter)
-
-
-def exchange_response(exchange: Exchange) -> dict[str, Any]:
-    return {
-        "url": exchange.url,
-        "status": exchange.status,
-        "headers": dict(exchange.headers),
-        **encode_body(exchange.body),
-    }
-
-
-def response_exchange(response: Mapping[str, Any]) -> Exchange:
-    """The inverse of ``exchange_response``: what replay hands to the live decoder."""
-    headers = response["headers"]
-    return Exchange(
-        url=str(response["url"]),
-        status=int(response["status"]),
-        headers=tuple(sorted((str(k), str(v)) for k, v in headers.items())),
-        body=decode_body(response),
-    )
 
 
 def request_ref(request: ScanRequest) -> str:
@@ -236,10 +197,6 @@ class RecordingRelations:
         return answer
 
 
-def lookup_key(method: str, args: Mapping[str, Any]) -> str:
-    return fingerprint({"method": method, "args": dict(args)})
-
-
 @dataclass
 class RunRecorder:
     """One live run's recording: wraps the adapters, then names the lineage and keeps artifacts.
@@ -364,7 +321,7 @@ class RunRecorder:
             for digest, data in self.artifacts:
                 path = artifact_path(root, digest)
                 if not path.exists():
-                    _write_atomically(path, data)
+                    write_atomically(path, data)
                     written.append(path)
             pointer = {
                 "schema_version": ARTIFACT_SCHEMA_VERSION,
@@ -372,38 +329,12 @@ class RunRecorder:
                 "artifact": self.plan_digest,
                 "lineage": receipt.lineage.id,
             }
-            _write_atomically(root / PLANS / (_hex(receipt.fingerprints.plan) + ".json"), canonical_json(pointer))
-            _write_atomically(
-                root / RECEIPTS / (_hex(receipt.lineage.id) + ".json"),
+            write_atomically(root / PLANS / (hex_of(receipt.fingerprints.plan) + ".json"), canonical_json(pointer))
+            write_atomically(
+                root / RECEIPTS / (hex_of(receipt.lineage.id) + ".json"),
                 (receipt.model_dump_json(indent=2) + "\n").encode("utf-8"),
             )
         except BaseException:
             for path in written:
                 path.unlink(missing_ok=True)
             raise
-
-
-def _hex(fp: str) -> str:
-    return fp.split(":", 1)[-1]
-
-
-def artifact_path(root: Path, digest: str) -> Path:
-    return root / ARTIFACTS / (_hex(digest) + ".json")
-
-
-def receipt_path(root: Path, receipt: Receipt) -> Path:
-    return root / RECEIPTS / (_hex(receipt.lineage.id) + ".json")
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

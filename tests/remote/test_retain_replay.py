@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from race.engine import Engine
+from race.state.artifacts import ARTIFACTS, artifact_path, receipt_path
 from race.state.replay import load_receipt
-from race.state.retain import ARTIFACTS, artifact_path, receipt_path
 from rsc import ArtifactMissing, ArtifactTampered, GapKind, ReplayError
 from tests.conftest import FIXTURES
 from tests.remote.conftest import Server, remote_plan, run_cli, start_all

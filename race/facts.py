@@ -1,0 +1,163 @@
+"""What an engine knows of its backends, as of a set of generations — their contracts (with the
+recall calibrated on the very generation read), their statistics, their generations and models —
+and their set-up (imports, opens, model weights, matrices), done once, off the event loop.
+
+A long-lived engine reads a backend's calibration and statistics again when the generation a
+run sees has moved past the one they were read at (an index rebuilt in place), so that it plans
+and promises what a fresh engine over the same snapshots does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import anyio
+
+from backends import Adapter
+from planner import Statistics
+from race.run.legs import UNKNOWN_GENERATION
+from rsc import Contract, calibrated
+
+SETUP_TIMEOUT_S = 120.0
+"""How long ``set_up`` waits for the backends' set-up before the run starts anyway (a backend
+still setting up then opens within the run, and its legs say what became of them)."""
+
+
+class BackendFacts:
+    """Contracts, calibrations, statistics and generations of a fixed set of backends."""
+
+    def __init__(
+        self,
+        adapters: Mapping[str, Adapter],
+        *,
+        extra_contracts: Sequence[Contract] = (),
+        statistics: Statistics | None = None,
+    ) -> None:
+        self.adapters = dict(sorted(adapters.items()))
+        self._contracts = tuple(
+            sorted(
+                [c for a in self.adapters.values() for c in a.index_contracts()] + list(extra_contracts),
+                key=lambda c: (c.rsc_id, c.version),
+            )
+        )
+        self._contract_refs = {f"{c.rsc_id}@{c.version}": c for c in self._contracts}
+        # Recall measured on each backend's index, by the generation it was measured at; read
+        # again when a backend's generation moves past it (an index rebuilt in place).
+        self._calibrations = {n: found for n, a in self.adapters.items() if (found := a.calibrations()) is not None}
+        self._calibrations_read: dict[str, str] = {}
+        self._calibrated: dict[tuple[tuple[str, str], ...], tuple[Contract, ...]] = {}
+        # (backend, modes) whose set-up (imports, opens, weights, matrices) is done.
+        self._warmed: set[tuple[str, frozenset[str] | None]] = set()
+        self._statistics_fixed = statistics is not None
+        # The statistics given, or what the adapters reported by the generations they were read
+        # at; with its fingerprint.
+        self._statistics_read: tuple[tuple[tuple[str, str], ...] | None, Statistics, str] | None = (
+            (None, statistics, statistics.fingerprint) if statistics is not None else None
+        )
+
+    def contracts(self) -> tuple[Contract, ...]:
+        return self._contracts
+
+    def contracts_at(self, generations: Mapping[str, str]) -> tuple[Contract, ...]:
+        """The contracts as they stand at ``generations``: an approximate contract carries the
+        recall measured on its index only where that measurement is of this very generation."""
+        self._refresh_calibrations(generations)
+        current = tuple(sorted((n, g) for n, (g, _) in self._calibrations.items() if generations.get(n) == g))
+        if not current:
+            return self._contracts
+        found = self._calibrated.get(current)
+        if found is None:
+            by_ref = {(name, c.rsc_id, c.rsc_version): c for name, _ in current for c in self._calibrations[name][1]}
+            found = tuple(
+                calibrated(c, by_ref[(c.backend, c.rsc_id, c.version)])
+                if (c.backend, c.rsc_id, c.version) in by_ref
+                else c
+                for c in self._contracts
+            )
+            self._calibrated[current] = found
+        return found
+
+    def _refresh_calibrations(self, generations: Mapping[str, str]) -> None:
+        """Read a backend's calibration file again when the run sees a generation that neither the
+        kept calibration nor the last read was made at: a long-lived engine then promises what a
+        fresh one over the same index promises."""
+        for name, generation in generations.items():
+            if generation == UNKNOWN_GENERATION or self._calibrations_read.get(name) == generation:
+                continue
+            kept = self._calibrations.get(name)
+            if kept is not None and kept[0] == generation:
+                continue
+            self._calibrations_read[name] = generation
+            try:
+                found = self.adapters[name].calibrations()
+            except Exception:
+                found = None  # unreadable now: no recall is promised from it
+            if found is None:
+                self._calibrations.pop(name, None)
+            else:
+                self._calibrations[name] = found
+            self._calibrated.clear()
+
+    def generations(self) -> dict[str, str]:
+        return {name: adapter.generation() for name, adapter in self.adapters.items()}
+
+    async def current_generations(self, *, deadline: float | None = None) -> dict[str, str]:
+        """Every backend's generation, read fresh for each plan and run (I6), within ``deadline``
+        (a ``time.monotonic`` instant). A generation that cannot be read in time, or whose read
+        fails, is ``unknown``: never a cache hit, and the legs say so.
+
+        Local reads are a ``stat`` or two and answer at once, so they are read one after the
+        other under one deadline scope, without the cost of a task per backend; a read that
+        waits (a remote) is cut by the scope, and every backend not read by then is unknown."""
+        generations = dict.fromkeys(self.adapters, UNKNOWN_GENERATION)
+        limit = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        with anyio.move_on_after(limit):
+            for name, adapter in self.adapters.items():
+                try:
+                    generations[name] = await adapter.current_generation()
+                except Exception:
+                    generations[name] = UNKNOWN_GENERATION
+        return generations
+
+    def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
+        """The statistics plans are costed with: the ones given to the engine, or else what the
+        adapters report, read again when a backend's generation differs from the ``generations``
+        they were last read at. A long-lived engine then costs a plan as a fresh one over the
+        same snapshots does, so both choose the same physical plan."""
+        return self._statistics(generations)[1]
+
+    def statistics_fingerprint(self, generations: Mapping[str, str] | None = None) -> str:
+        return self._statistics(generations)[2]
+
+    def _statistics(self, generations: Mapping[str, str] | None) -> tuple[object, Statistics, str]:
+        key = tuple(sorted(generations.items())) if generations is not None else None
+        known = self._statistics_read
+        if known is not None and (self._statistics_fixed or key is None or known[0] == key):
+            return known
+        stats = Statistics(backends={n: a.statistics() for n, a in self.adapters.items()})
+        self._statistics_read = (key, stats, stats.fingerprint)
+        return self._statistics_read
+
+    def models(self) -> tuple[dict[str, str | int], ...]:
+        """The identity (name, dims, weights sha256) of every model a backend of this engine runs."""
+        out = [model for adapter in self.adapters.values() for model in adapter.models()]
+        return tuple(sorted(out, key=lambda m: str(m.get("name", ""))))
+
+    async def set_up(self, needs: Mapping[str, frozenset[str] | None]) -> None:
+        """Each backend's set-up for the scan modes in ``needs`` (every mode for ``None``), all at
+        once, each on a worker thread, bounded by ``SETUP_TIMEOUT_S``; what is done is not done
+        again. A failure is left for the legs to report, each as its own gap."""
+        todo = [(n, m) for n, m in needs.items() if (n, m) not in self._warmed and (n, None) not in self._warmed]
+
+        async def one(name: str, modes: frozenset[str] | None) -> None:
+            try:
+                await anyio.to_thread.run_sync(self.adapters[name].warm, modes, abandon_on_cancel=True)
+            except Exception:
+                return
+            self._warmed.add((name, modes))
+
+        with anyio.move_on_after(SETUP_TIMEOUT_S):
+            async with anyio.create_task_group() as group:
+                for name, modes in todo:
+                    group.start_soon(one, name, modes)
