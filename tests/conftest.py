@@ -4,6 +4,7 @@ inject delays or faults around a real backend."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,10 @@ from rsc import BackendUnavailable, Contract, ScanRequest, ScanResult
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+
+# The commands the tests run read the bundled corpus unless they name an index: they ask for it
+# by name, as a user does (tests/test_no_implicit_index.py runs them without it).
+os.environ.setdefault("RACE_INDEX", "bundled")
 
 
 @pytest.fixture

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import NoReturn
 
 from rsc import InputError
 
 EXIT_BAD_INPUT = 2
+INDEX_ENV = "RACE_INDEX"
+"""The environment variable naming the index when ``--index`` is not given."""
+BUNDLED = "bundled"
+"""The index name that asks for the bundled demo corpus (indexed on first use)."""
+INDEX_HELP = "index directory, or `bundled` for the demo corpus (default: $RACE_INDEX; one of them is needed)"
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -43,11 +49,26 @@ def port(text: str) -> int:
     return value
 
 
+def index_named(value: str | None) -> Path:
+    """The index a command reads: ``--index``, else ``$RACE_INDEX``; ``bundled`` is the demo
+    corpus. There is no implicit one: a forgotten flag is bad input, never the demo's answers."""
+    name = value or os.environ.get(INDEX_ENV) or ""
+    if not name:
+        raise InputError(
+            f"which index? pass --index DIR (or set {INDEX_ENV}); `--index {BUNDLED}` asks for the demo corpus",
+            where="--index",
+        )
+    if name == BUNDLED:
+        from race.indexing.bundled import ensure_bundled_index
+
+        return ensure_bundled_index(quiet=False)
+    return Path(name)
+
+
 def open_engine(args: argparse.Namespace) -> object:
-    """The engine a command's arguments name: a catalog, or an index (the bundled one by default)
-    with its remotes, Milvus instances and statistics."""
+    """The engine a command's arguments name: a catalog, or an index (``index_named``) with its
+    remotes, Milvus instances and statistics."""
     from race.engine import Engine, load_statistics
-    from race.indexing.bundled import ensure_bundled_index
 
     stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None
     remotes = tuple(getattr(args, "remote", None) or ())
@@ -56,7 +77,7 @@ def open_engine(args: argparse.Namespace) -> object:
             raise InputError("a catalog names every instance: leave out --index, --remote, --milvus", where="--catalog")
         early_stop = not getattr(args, "no_early_stop", False)
         return Engine.from_catalog(Path(args.catalog), statistics=stats, early_stop=early_stop)
-    index = Path(args.index) if args.index else ensure_bundled_index(quiet=False)
+    index = index_named(args.index)
     return Engine.open(
         index,
         statistics=stats,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from race.cli.arguments import INDEX_HELP
 from rsc import InputError, canonical_pretty
 
 
@@ -119,7 +120,7 @@ def add_evidence_commands(sub: Any) -> None:
     p.add_argument("--k", type=int, default=40, help="chunks each strategy reads (default 40)")
     p.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=7, help="seed of the bootstrap and the paired test (default 7)")
-    p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+    p.add_argument("--index", help=INDEX_HELP)
     p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
     p.add_argument("--out", metavar="DIR", help="also write NAME.json, NAME.md and NAME.png there")
     p.add_argument("--name", default="eval", help="file name stem under --out (default eval)")

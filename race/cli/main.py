@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from race.cli.arguments import CommandParser, open_engine, seconds
+from race.cli.arguments import INDEX_HELP, CommandParser, index_named, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
 from race.cli.serve import add_serve_command
@@ -73,14 +73,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     from race.evaluation.batch import LineResult
     from race.evaluation.batch_file import run_batch_file
-    from race.indexing.bundled import ensure_bundled_index
     from race.options import EngineOptions
 
     if args.catalog and (args.index or args.remote):
         raise InputError("a catalog names every instance: leave out --index, --remote", where="--catalog")
     index = None
     if not args.catalog:
-        index = (Path(args.index) if args.index else ensure_bundled_index(quiet=False)).resolve()
+        index = index_named(args.index).resolve()
     options = EngineOptions(
         index=index,
         statistics=Path(args.stats).resolve() if args.stats else None,
@@ -207,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("plan", help="logical plan JSON file, or - for standard input")
-        p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+        p.add_argument("--index", help=INDEX_HELP)
         p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
         p.add_argument("--json", action="store_true", help="canonical JSON output")
         p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
@@ -234,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ray", nargs="?", const="local", metavar="ADDRESS", help="run on Ray ('local', the default, or an address)"
     )
-    p.add_argument("--index", help="index directory (default: the bundled fixture corpus, indexed on first use)")
+    p.add_argument("--index", help=INDEX_HELP)
     p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
     p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
     p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
