@@ -13,6 +13,7 @@ benchmarks/results/busy_suite.json and .md. Not part of ``make test``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -42,10 +43,8 @@ def _start_burners(n: int) -> subprocess.Popen[bytes] | None:
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
@@ -85,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         sampler.start()
         args.log.parent.mkdir(parents=True, exist_ok=True)
         with args.log.open("w") as log:
-            proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
             try:
                 assert proc.stdout is not None
                 for line in proc.stdout:

@@ -17,7 +17,7 @@ import ray  # the race[ray] extra, which `make` installs
 from race.batch import EngineOptions, LineResult, plan_lines, receipt_of
 from race.batch_file import run_batch_file
 from race.cli import main
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, roomy_plan
 
 PLANS = sorted((FIXTURES / "plans").glob("*.json"))
 
@@ -35,7 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def plans_file(path: Path) -> Path:
-    lines = [orjson.dumps(json.loads(p.read_text())) for p in PLANS] + [b"not json"]
+    lines = [orjson.dumps(roomy_plan(p)) for p in PLANS] + [b"not json"]
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path
 

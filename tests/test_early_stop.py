@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,14 @@ def _union(
     union: dict[str, Any] = {"id": "u", "op": "union", "inputs": [o["id"] for o in obligations]}
     if k is not None:
         union["k"] = k
-    return {"schema_version": "race.plan/1", "root": "u", "obligations": obligations, "operators": [union]}
+    return {
+        "schema_version": "race.plan/1",
+        "root": "u",
+        "obligations": obligations,
+        "operators": [union],
+        # What is compared is what the union returns, not how fast: no leg may time out on a busy machine.
+        "budget": {"deadline_ms": 300_000, "leg_timeout_ms": 120_000},
+    }
 
 
 def _root(plan: dict[str, Any], engine: Engine) -> OperatorNode:
@@ -205,13 +213,18 @@ class _SlowDeepReads(WrappedAdapter):
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         if request.k > 5 or request.params.get("access") == "random":
-            await anyio.sleep(2.0)
+            await anyio.sleep(600.0)  # never answers in time: only the plan deadline ends it
         return await self.inner.scan(request)
 
 
 def test_the_plan_deadline_bounds_the_threshold_rounds(session_engine: Engine) -> None:
     plan = load_plan("early_stop_union.json")
-    plan["budget"] = {"deadline_ms": 800, "leg_timeout_ms": 5000}
+    # The deadline leaves the inputs' own reads time to answer on this machine, as busy as it
+    # is now: several times what the whole plan, deeper reads included, takes without them slowed.
+    started = time.monotonic()
+    Engine(dict(session_engine.adapters)).run_sync(plan)
+    deadline_ms = max(800, round(4 * (time.monotonic() - started) * 1000.0))
+    plan["budget"] = {"deadline_ms": deadline_ms, "leg_timeout_ms": 120_000}
     adapters: dict[str, Adapter] = dict(session_engine.adapters)
     adapters["lancedb"] = _SlowDeepReads(session_engine.adapters["lancedb"])
     receipt = Engine(adapters).run_sync(plan)

@@ -108,11 +108,13 @@ def test_fallback_moves_on_only_after_an_error(engine: Engine) -> None:
 @pytest.mark.anyio
 async def test_a_slow_leg_is_a_timeout_gap_not_an_empty_result(engine: Engine) -> None:
     plan = load_plan("showcase.json")
-    plan["budget"] = {"deadline_ms": 10_000, "leg_timeout_ms": 150}
-    slow, _ = wrapped_engine(engine, delays={"tls-defeater": 5.0})
+    # Only the slow leg has a short deadline: every other leg has room to answer on a busy machine.
+    plan["budget"] = {"deadline_ms": 120_000, "leg_timeout_ms": 60_000}
+    next(o for o in plan["obligations"] if o["id"] == "tls-defeater")["deadline_ms"] = 150
+    slow, _ = wrapped_engine(engine, delays={"tls-defeater": 60.0})
     started = time.monotonic()
     receipt = await slow.run(plan)
-    assert time.monotonic() - started < 0.15 + 1.0
+    assert time.monotonic() - started < 60.0  # the slow answer was not waited for
     ob = _ob(receipt, "tls-defeater")
     assert ob.status is ObligationStatus.UNSATISFIED
     assert ob.search_coverage is SearchCoverage.UNKNOWN
@@ -124,8 +126,8 @@ async def test_a_slow_leg_is_a_timeout_gap_not_an_empty_result(engine: Engine) -
 @pytest.mark.anyio
 async def test_the_plan_deadline_cancels_running_legs(engine: Engine) -> None:
     plan = load_plan("showcase.json")
-    plan["budget"] = {"deadline_ms": 200, "leg_timeout_ms": 5_000}
-    slow, _ = wrapped_engine(engine, delays={"fixed-release": 5.0})
+    plan["budget"] = {"deadline_ms": 200, "leg_timeout_ms": 60_000}
+    slow, _ = wrapped_engine(engine, delays={"fixed-release": 60.0})
     receipt = await slow.run(plan)
     assert GapKind.CANCELLED in _kinds(receipt, "fixed-release")
     assert any("plan deadline" in g.detail for g in _ob(receipt, "fixed-release").gaps)
