@@ -18,7 +18,7 @@ from planner import OperatorNode, compile_plan, plan_from_dict, render_text
 from race.engine import Engine, known_contracts
 from race.receipt import Receipt
 from rsc import GapKind, ScanRequest, ScanResult, SearchCoverage
-from tests.conftest import FIXTURES, WrappedAdapter, load_plan, unavailable
+from tests.conftest import FIXTURES, WrappedAdapter, load_plan, roomy_plan, unavailable
 
 GENERATIONS = {"tantivy": "t", "lancedb": "l", "graph": "g"}
 CASES: list[dict[str, Any]] = json.loads((FIXTURES / "cases" / "early_stop.json").read_text())["cases"]
@@ -121,7 +121,7 @@ def test_the_threshold_algorithm_returns_the_top_k_of_full_evaluation(index_dir:
 
 
 def test_early_stop_reads_less_than_the_table(index_dir: Path) -> None:
-    receipt = Engine.open(index_dir).run_sync(load_plan("early_stop_union.json"))
+    receipt = Engine.open(index_dir).run_sync(roomy_plan("early_stop_union.json"))
     note = receipt.operators[0].early_stop
     assert note.startswith("threshold algorithm stopped at depth"), note
     depth = int(note.split("depth ")[1].split(" ")[0])
@@ -176,11 +176,11 @@ def test_approximate_inputs_are_read_to_the_end(session_engine: Engine) -> None:
 
 def test_an_early_stopped_run_replays_byte_for_byte(index_dir: Path, tmp_path: Path) -> None:
     engine = Engine.open(index_dir)
-    receipt = engine.run_sync(load_plan("early_stop_union.json"), retain=tmp_path / "kept")
+    receipt = engine.run_sync(roomy_plan("early_stop_union.json"), retain=tmp_path / "kept")
     replayed = engine.replay_sync(receipt, tmp_path / "kept")
     assert replayed.normalized_bytes() == receipt.normalized_bytes()
     full = Engine.open(index_dir, early_stop=False)
-    kept_full = full.run_sync(load_plan("early_stop_union.json"), retain=tmp_path / "full")
+    kept_full = full.run_sync(roomy_plan("early_stop_union.json"), retain=tmp_path / "full")
     assert full.replay_sync(kept_full, tmp_path / "full").normalized_bytes() == kept_full.normalized_bytes()
 
 
@@ -196,7 +196,7 @@ class _NoRandomAccess(WrappedAdapter):
 def test_a_failed_random_access_stops_the_union_with_a_gap(session_engine: Engine) -> None:
     adapters: dict[str, Adapter] = dict(session_engine.adapters)
     adapters["lancedb"] = _NoRandomAccess(session_engine.adapters["lancedb"])
-    receipt = Engine(adapters).run_sync(load_plan("early_stop_union.json"))
+    receipt = Engine(adapters).run_sync(roomy_plan("early_stop_union.json"))
     (union,) = receipt.operators
     assert union.early_stop.startswith("stopped: random access to"), union.early_stop
     assert union.search_coverage is SearchCoverage.PARTIAL_BACKEND
@@ -218,7 +218,7 @@ class _SlowDeepReads(WrappedAdapter):
 
 
 def test_the_plan_deadline_bounds_the_threshold_rounds(session_engine: Engine) -> None:
-    plan = load_plan("early_stop_union.json")
+    plan = roomy_plan("early_stop_union.json")
     # The deadline leaves the inputs' own reads time to answer on this machine, as busy as it
     # is now: several times what the whole plan, deeper reads included, takes without them slowed.
     started = time.monotonic()
