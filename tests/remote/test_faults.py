@@ -29,6 +29,7 @@ async def _timed_run(
     engine = remote_engine(url, timeout=timeout)
     plan = remote_plan(deadline_ms=deadline_ms)
     await engine.plan(plan)  # handshake, generation and planning are not the leg under test
+    await engine.warm(plan)
     async with LoopLag() as lag:
         started = time.monotonic()
         receipt = await engine.run(plan)
@@ -59,6 +60,7 @@ async def test_plan_deadline_cuts_the_leg_as_cancelled(fault_servers: dict[str, 
     engine = remote_engine(fault_servers["hang"].url)
     plan = remote_plan(deadline_ms=5000, plan_deadline_ms=DEADLINE_MS)
     await engine.plan(plan)
+    await engine.warm(plan)
     async with LoopLag() as lag:
         started = time.monotonic()
         receipt = await engine.run(plan)
