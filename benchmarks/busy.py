@@ -56,6 +56,11 @@ def _summary_line(lines: list[str]) -> str:
     return ""
 
 
+def _failed(lines: list[str]) -> list[str]:
+    """The ids of pytest's short summary ``FAILED``/``ERROR`` lines."""
+    return [line.split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--burners", type=int, default=6, help="CPU-bound processes beside the command")
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_1m_mean": round(sum(loads) / len(loads), 2) if loads else None,
         "load_1m_max": round(max(loads), 2) if loads else None,
         "summary": _summary_line(lines),
+        "failed": _failed(lines),
         "log": str(args.log.relative_to(ROOT)) if args.log.is_relative_to(ROOT) else str(args.log),
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -136,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Finished {result['finished_utc']}.",
         "",
+        *([f"- {line}" for line in result["failed"]] + [""] if result["failed"] else []),
     ]
     args.out.with_suffix(".md").write_text("\n".join(md))
     print(f"busy: exit {rc}, {wall_s:.0f} s, load mean {result['load_1m_mean']} max {result['load_1m_max']}")
