@@ -58,7 +58,7 @@ def _summary_line(lines: list[str]) -> str:
 
 def _failed(lines: list[str]) -> list[str]:
     """The ids of pytest's short summary ``FAILED``/``ERROR`` lines."""
-    return [line.split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return [line.split(" - ")[0] for line in lines if re.match(r"(FAILED|ERROR) \S+::", line)]
 
 
 def main(argv: list[str] | None = None) -> int:
