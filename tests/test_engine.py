@@ -9,7 +9,7 @@ import pytest
 
 from race.engine import Engine
 from rsc import GapKind, ObligationStatus, SearchCoverage
-from tests.conftest import FIXTURES, load_plan, unavailable, wrapped_engine
+from tests.conftest import FIXTURES, load_plan, roomy_plan, unavailable, wrapped_engine
 
 
 def _ob(receipt, ob_id):  # type: ignore[no-untyped-def]
@@ -46,20 +46,20 @@ def test_showcase_counts_model_calls_only_where_a_model_ran(engine: Engine) -> N
 
 
 def test_same_inputs_same_bytes(index_dir) -> None:  # type: ignore[no-untyped-def]
-    one = Engine.open(index_dir).run_sync(load_plan("showcase.json"))
-    two = Engine.open(index_dir).run_sync(load_plan("showcase.json"))
+    one = Engine.open(index_dir).run_sync(roomy_plan("showcase.json"))
+    two = Engine.open(index_dir).run_sync(roomy_plan("showcase.json"))
     assert one.normalized_bytes() == two.normalized_bytes()
     assert one.lineage == two.lineage
 
 
 def test_result_cache_hit_gives_the_same_normalized_bytes(engine: Engine) -> None:
-    cold = engine.run_sync(load_plan("showcase.json"))
-    warm = engine.run_sync(load_plan("showcase.json"))
+    cold = engine.run_sync(roomy_plan("showcase.json"))
+    warm = engine.run_sync(roomy_plan("showcase.json"))
     assert cold.operational.receipt_cache == "miss"
     assert warm.operational.receipt_cache == "hit" and warm.operational.plan_cache == "hit"
     assert warm.normalized_bytes() == cold.normalized_bytes()
     engine.clear_receipt_cache()
-    legs = engine.run_sync(load_plan("showcase.json"))
+    legs = engine.run_sync(roomy_plan("showcase.json"))
     assert legs.operational.result_cache["hit"] == len(cold.operational.legs)
     assert legs.normalized_bytes() == cold.normalized_bytes()
 
