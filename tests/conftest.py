@@ -69,6 +69,20 @@ def load_plan(name: str) -> dict[str, Any]:
     return data
 
 
+ROOMY_BUDGET = {"deadline_ms": 300_000, "leg_timeout_ms": 120_000}
+"""Deadlines far above any fixture plan's need, for tests whose subject is not timing."""
+
+
+def roomy_plan(plan: Path | str) -> dict[str, Any]:
+    """A fixture plan (a path, or a name under fixtures/plans) with ``ROOMY_BUDGET``: for a test
+    that compares what runs return, where on a busy machine a leg's timeout would enter one
+    receipt and not the other."""
+    path = plan if isinstance(plan, Path) else FIXTURES / "plans" / plan
+    data: dict[str, Any] = json.loads(path.read_text())
+    data["budget"] = {**data.get("budget", {}), **ROOMY_BUDGET}
+    return data
+
+
 class WrappedAdapter(Adapter):
     """A real adapter with per-obligation delays or failures injected in front of it."""
 

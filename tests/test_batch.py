@@ -16,9 +16,11 @@ from race.cli.main import main
 from race.engine import Engine
 from race.evaluation.batch import PlanFailure, plan_lines, receipt_of, run_outcomes
 from race.receipt import Receipt
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, roomy_plan
 
 PLANS = sorted((FIXTURES / "plans").glob("*.json"))
+
+
 BAD_LINES = [
     b'{"id": "no-obligations", "plan": {"schema_version": "race.plan/1"}}',
     b"not json at all",
@@ -28,7 +30,7 @@ BAD_LINES = [
 def sequential(index_dir: Path, plans: list[Path]) -> list[bytes]:
     """Each plan run alone, one after another, on a fresh engine: what a batch must equal."""
     engine = Engine.open(index_dir)
-    return [engine.run_sync(plan).normalized_bytes() for plan in plans]
+    return [engine.run_sync(roomy_plan(plan)).normalized_bytes() for plan in plans]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def one_by_one(index_dir: Path) -> list[bytes]:
 
 
 def write_plans(path: Path, extra: list[bytes] = BAD_LINES) -> list[bytes]:
-    lines = [orjson.dumps(json.loads(plan.read_text())) for plan in PLANS] + extra
+    lines = [orjson.dumps(roomy_plan(plan)) for plan in PLANS] + extra
     path.write_bytes(b"\n".join(lines) + b"\n")
     return lines
 
@@ -48,7 +50,7 @@ def records(path: Path) -> list[dict[str, object]]:
 
 def test_run_many_equals_one_by_one_runs_and_keeps_failures_in_place(index_dir: Path, one_by_one: list[bytes]) -> None:
     engine = Engine.open(index_dir)
-    plans: list[object] = [*PLANS[:3], b"not json", *PLANS[3:]]
+    plans: list[object] = [*map(roomy_plan, PLANS[:3]), b"not json", *map(roomy_plan, PLANS[3:])]
     outcomes = engine.run_many_sync(plans, concurrency=4)  # type: ignore[arg-type]
     assert len(outcomes) == len(plans)
     failed = outcomes.pop(3)
@@ -106,7 +108,7 @@ def test_batch_resumes_keeping_receipts_and_redoing_errors_torn_and_changed_line
 ) -> None:
     plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
     first = PLANS[:4]
-    lines = [orjson.dumps(json.loads(p.read_text())) for p in first]
+    lines = [orjson.dumps(roomy_plan(p)) for p in first]
     plans.write_bytes(b"\n".join([*lines, b"not json"]) + b"\n")
     args = ["batch", str(plans), "--out", str(out), "--index", str(index_dir)]
     assert main(args) == 2
@@ -114,8 +116,8 @@ def test_batch_resumes_keeping_receipts_and_redoing_errors_torn_and_changed_line
     assert len(written) == 5
     # A crash mid-write leaves a torn last line; line 3 of the plans changes; line 5 is fixed.
     out.write_bytes(b"".join(written[:3]) + written[3][: len(written[3]) // 2])
-    lines[2] = orjson.dumps(json.loads(PLANS[5].read_text()))
-    plans.write_bytes(b"\n".join([*lines, orjson.dumps(json.loads(PLANS[6].read_text()))]) + b"\n")
+    lines[2] = orjson.dumps(roomy_plan(PLANS[5]))
+    plans.write_bytes(b"\n".join([*lines, orjson.dumps(roomy_plan(PLANS[6]))]) + b"\n")
     capsys.readouterr()
     assert main(args) == 0
     assert "2 already in" in capsys.readouterr().err
@@ -137,16 +139,16 @@ def test_batch_exits_3_when_a_receipt_leaves_a_mandatory_obligation_unsatisfied(
     """As ``race run`` does, for every receipt of the output file: written now or kept from before."""
     plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
     met, unmet = FIXTURES / "plans" / "cascade_lexical.json", FIXTURES / "plans" / "postfilter_exhaustive.json"
-    plans.write_bytes(b"\n".join(orjson.dumps(json.loads(p.read_text())) for p in (met, unmet)) + b"\n")
+    plans.write_bytes(b"\n".join(orjson.dumps(roomy_plan(p)) for p in (met, unmet)) + b"\n")
     args = ["batch", str(plans), "--out", str(out), "--index", str(index_dir)]
     for _ in range(2):  # the second run only reads the receipts back
         assert main(args) == 3
         err = capsys.readouterr().err
         assert "1 with mandatory obligations not satisfied" in err
         assert "race: line 2: mandatory obligations not satisfied: o (unsatisfied)" in err
-    optional = json.loads(unmet.read_text())
+    optional = roomy_plan(unmet)
     optional["obligations"][0]["mandatory"] = False
-    plans.write_bytes(orjson.dumps(json.loads(met.read_text())) + b"\n" + orjson.dumps(optional) + b"\n")
+    plans.write_bytes(orjson.dumps(roomy_plan(met)) + b"\n" + orjson.dumps(optional) + b"\n")
     assert main(args) == 0
 
 

@@ -18,7 +18,7 @@ from race.cli.main import main
 from race.evaluation.batch import LineResult, plan_lines, receipt_of
 from race.evaluation.batch_file import run_batch_file
 from race.options import EngineOptions
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, roomy_plan
 
 PLANS = sorted((FIXTURES / "plans").glob("*.json"))
 
@@ -36,7 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def plans_file(path: Path) -> Path:
-    lines = [orjson.dumps(json.loads(p.read_text())) for p in PLANS] + [b"not json"]
+    lines = [orjson.dumps(roomy_plan(p)) for p in PLANS] + [b"not json"]
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path
 

@@ -35,7 +35,6 @@ from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
-from pymilvus import MilvusClient
 
 from backends.base import (
     UNKNOWN_GENERATION,
@@ -62,6 +61,7 @@ from backends.milvus.client import (
     MODE_ANN,
     MODE_FLAT,
     VECTOR,
+    connect,
     resolve_uri,
 )
 from backends.milvus.client import LITE_FILE as LITE_FILE
@@ -116,7 +116,7 @@ class MilvusAdapter(Adapter):
         self._embedder_fingerprint = fingerprint(self._embedder_identity)
         self._timeout = timeout
         with milvus_errors(self._uri):
-            self._client = MilvusClient(self._uri, timeout=timeout)
+            self._client = connect(self._uri, timeout=timeout)
         self._pin: str | None = None
         self._stats: tuple[str, BackendStatistics] | None = None
         self._queries = QueryVectors(embedder, _QUERY_VECTORS)

@@ -25,7 +25,7 @@ import copy
 from typing import Any
 
 import numpy as np
-from pymilvus import DataType, MilvusClient
+from pymilvus import DataType
 
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot, blocking
 from backends.ingest.schema import FieldSpec, FieldType
@@ -39,7 +39,7 @@ from backends.mapping import (
 )
 from backends.milvus.attached_contract import IDENTITY as _IDENTITY
 from backends.milvus.attached_contract import attached_contract
-from backends.milvus.client import _READ_BATCH, INDEX_TYPES, MAX_TOPK, MODE_ANN, MODE_FLAT, milvus_errors
+from backends.milvus.client import _READ_BATCH, INDEX_TYPES, MAX_TOPK, MODE_ANN, MODE_FLAT, connect, milvus_errors
 from backends.milvus.consistency import STRONG, caveat_detail, level_of
 from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.search import measure_recall_rows, search_params, top_k
@@ -107,7 +107,7 @@ class AttachedMilvusAdapter(AttachedAdapter):
         self._key_domain = key_domain or name
         self._consistency = level_of(consistency or STRONG, where=where)
         with milvus_errors(where):
-            self._client = MilvusClient(uri, timeout=timeout)
+            self._client = connect(uri, timeout=timeout)
         try:
             self._describe(where, vector, embedder)
         except BaseException:

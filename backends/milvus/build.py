@@ -36,6 +36,7 @@ from backends.milvus.client import (
     MANIFEST,
     RECALL_K,
     VECTOR,
+    connect,
     milvus_errors,
     resolve_uri,
 )
@@ -210,7 +211,7 @@ def load_collection(
     chunks = corpus.chunks
     schema = corpus.corpus_schema
     with milvus_errors(resolved):
-        client = MilvusClient(resolved, timeout=timeout)
+        client = connect(resolved, timeout=timeout)
         try:
             if client.has_collection(collection):
                 client.drop_collection(collection)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Final
 
 import grpc
-from pymilvus import DataType, MilvusException
+from pymilvus import DataType, MilvusClient, MilvusException
+from pymilvus.client.types import Status
 
 from backends.ingest.schema import FieldType
 from rsc import BackendTimeout, BackendUnavailable
@@ -94,6 +95,19 @@ def milvus_errors(where: str) -> Iterator[None]:
         raise BackendUnavailable(f"milvus failed: {message}", where=where) from exc
     except (OSError, ValueError, TypeError) as exc:
         raise BackendUnavailable(f"milvus client failed: {type(exc).__name__}: {exc}", where=where) from exc
+
+
+def connect(uri: str, timeout: float) -> MilvusClient:
+    """A client of ``uri``. pymilvus keeps one connection per URI in a process and pings it
+    every 10 s; a server that counts those pings on an idle connection as too many (milvus-lite
+    does, after a few) closes it, and the client's first reconnect can then fail on the closing
+    transport ("Too many pings"). One more attempt opens a new one; a second failure stands."""
+    try:
+        return MilvusClient(uri, timeout=timeout)
+    except MilvusException as exc:
+        if exc.code != Status.CONNECT_FAILED:
+            raise
+        return MilvusClient(uri, timeout=timeout)
 
 
 def resolve_uri(folder: Path, uri: str) -> str:

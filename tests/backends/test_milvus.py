@@ -24,6 +24,7 @@ from rsc import (
     SnapshotMoved,
 )
 from tests.backends.conftest import milvus_available
+from tests.conftest import ROOMY_BUDGET
 from tests.scan_requests import milvus_request as _request
 from tests.scan_requests import scan_now as _scan
 
@@ -249,6 +250,7 @@ def union_plan() -> dict[str, Any]:
             },
         ],
         "operators": [{"id": "both", "op": "union", "inputs": ["lexical", "collection"]}],
+        "budget": ROOMY_BUDGET,  # what the legs find is checked, not how fast: none may time out
     }
 
 

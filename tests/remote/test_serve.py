@@ -27,7 +27,6 @@ def test_contracts_document(server: Server) -> None:
     assert all(c["egress"] == "local" for c in doc["contracts"])
 
 
-
 def test_the_contracts_document_is_parsed_once_per_distinct_body(server: Server) -> None:
     """Every run reads the document again for the generation: the same bytes give the same
     (immutable) record without a new parse; other bytes are parsed anew, and a malformed
@@ -45,6 +44,7 @@ def test_the_contracts_document_is_parsed_once_per_distinct_body(server: Server)
     for _ in range(2):
         with pytest.raises(BackendUnavailable, match="malformed contracts document"):
             _parse_info(broken, where="test")
+
 
 def _scan_body(**update: object) -> bytes:
     request = ScanRequest(
