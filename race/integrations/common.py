@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from race.receipt import EvidenceItem, Receipt
     from race.search import StrategyName, WhereInput
 
-CUSTODY_FIELDS: tuple[str, ...] = ("doc_id", "chunk_id", "title", "source_path", "line_start", "line_end", "source_hash")
-"""The best hit's fields every document's metadata holds at its top level, over the corpus's own."""
-
 
 def open_engine(engine: Engine | str | os.PathLike[str]) -> tuple[Engine, Path | None]:
     """The engine, and the index path it was opened from when given as a path (what a
