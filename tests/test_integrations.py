@@ -6,10 +6,15 @@ none)."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+# Haystack reads this when imported: no usage reports to a remote service from a test run.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import pytest
 from haystack import AsyncPipeline, Document, Pipeline
@@ -18,7 +23,7 @@ from haystack.core.errors import SerializationError
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.response_synthesizers.no_text import NoText
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import NodeWithScore, TextNode
 
 from race import Engine, Receipt
 from race.extras import ExtraMissing
@@ -87,6 +92,7 @@ def test_a_haystack_pipeline_runs_end_to_end_with_custody(index_dir: Path) -> No
     assert documents[0].meta["race_gaps"] == [] and documents[0].meta["doc_type"]  # the corpus's own fields too
     assert documents[0].meta["race_coverage"]["search_coverage"] == receipt.coverage.search_coverage.value
     assert out["prompt"]["prompt"].startswith(f"[1] {documents[0].meta['source_path']}\n")
+    assert Document.from_dict(json.loads(json.dumps(documents[0].to_dict()))) == documents[0]  # meta is plain JSON
 
 
 def test_a_timed_out_leg_is_a_gap_on_every_haystack_document(index_dir: Path) -> None:
@@ -165,6 +171,7 @@ async def test_llamaindex_retrieval_sync_and_async_carries_custody(index_dir: Pa
     assert nodes[0].score == retriever.last_receipt.evidence[0].fusion.score
     shown = nodes[0].node.get_content(metadata_mode="llm")  # type: ignore[arg-type]
     assert "source_path: " in shown and "race_gaps" not in shown and "race_custody" not in shown
+    assert TextNode.model_validate_json(nodes[0].node.model_dump_json()).metadata == nodes[0].node.metadata
     again = retriever.retrieve(QUERY)  # sync, from inside a running loop: the engine's own thread
     assert [n.node.node_id for n in again] == [n.node.node_id for n in nodes]
 
