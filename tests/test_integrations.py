@@ -226,3 +226,15 @@ def test_the_integrations_package_imports_no_framework() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("retriever", [race_haystack.RaceRetriever, race_llamaindex.RaceRetriever])
+def test_a_deadline_a_plan_cannot_hold_is_refused_when_the_retriever_is_built(
+    session_engine: Engine, retriever: Any
+) -> None:
+    with pytest.raises(InputError) as raised:
+        retriever(session_engine, leg_timeout_ms=0)
+    assert raised.value.where == "leg_timeout_ms"
+    with pytest.raises(InputError, match="an Engine or an index path") as raised:
+        retriever(42)
+    assert raised.value.where == "engine"

@@ -36,6 +36,19 @@ def open_engine(engine: Engine | str | os.PathLike[str]) -> tuple[Engine, Path |
     raise InputError(f"a retriever needs an Engine or an index path, not {type(engine).__name__}", where="engine")
 
 
+MAX_BUDGET_MS = 600_000
+"""The longest deadline a plan's budget admits."""
+
+
+def check_budget(deadline_ms: int | None, leg_timeout_ms: int | None) -> None:
+    """A deadline given is a whole number of milliseconds a plan's budget admits."""
+    for name, value in (("deadline_ms", deadline_ms), ("leg_timeout_ms", leg_timeout_ms)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BUDGET_MS
+        ):
+            raise InputError(f"{name} is a whole number of milliseconds from 1 to {MAX_BUDGET_MS}", where=name)
+
+
 def search_plan(
     engine: Engine,
     text: str,
@@ -48,6 +61,7 @@ def search_plan(
     leg_timeout_ms: int | None,
 ) -> LogicalPlan:
     """``engine.plan_for_search(...)`` with the budget's deadlines set where given."""
+    check_budget(deadline_ms, leg_timeout_ms)
     plan = engine.plan_for_search(text, k=k, where=where, strategy=strategy, index=index)
     budget = {
         name: value

@@ -33,6 +33,7 @@ from haystack import Document, component, default_from_dict, default_to_dict  # 
 from haystack.core.errors import SerializationError  # noqa: E402
 
 from race.integrations.common import (  # noqa: E402
+    check_budget,
     content_of,
     haystack_filters,
     item_metadata,
@@ -45,6 +46,7 @@ from race.receipt import Receipt  # noqa: E402
 from race.search import filters_of  # noqa: E402
 
 if TYPE_CHECKING:
+    from planner.logical import LogicalPlan
     from race.engine import Engine
     from race.search import StrategyName, WhereInput
 
@@ -86,6 +88,7 @@ class RaceRetriever:
         deadline_ms: int | None = None,
         leg_timeout_ms: int | None = None,
     ) -> None:
+        check_budget(deadline_ms, leg_timeout_ms)
         self.engine, self.index_path = open_engine(engine)
         self.k = k
         self.strategy = strategy
@@ -118,7 +121,7 @@ class RaceRetriever:
         built: RaceRetriever = default_from_dict(cls, data)
         return built
 
-    def _plan(self, query: str, top_k: int | None, filters: dict[str, Any] | None) -> Any:
+    def _plan(self, query: str, top_k: int | None, filters: dict[str, Any] | None) -> LogicalPlan:
         where = [*self.where, *haystack_filters(filters)]
         return search_plan(
             self.engine,

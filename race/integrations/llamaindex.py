@@ -23,7 +23,7 @@ are not. An answer with no nodes still says what was not searched: on ``last_rec
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from race.extras import require
 
@@ -34,6 +34,7 @@ from llama_index.core.callbacks import CallbackManager  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 
 from race.integrations.common import (  # noqa: E402
+    check_budget,
     content_of,
     item_metadata,
     open_engine,
@@ -44,6 +45,7 @@ from race.integrations.common import (  # noqa: E402
 from race.search import filters_of  # noqa: E402
 
 if TYPE_CHECKING:
+    from planner.logical import LogicalPlan
     from race.engine import Engine
     from race.receipt import Receipt
     from race.search import StrategyName, WhereInput
@@ -95,6 +97,7 @@ class RaceRetriever(BaseRetriever):
         verbose: bool = False,
     ) -> None:
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+        check_budget(deadline_ms, leg_timeout_ms)
         self.engine, self.index_path = open_engine(engine)
         self.k = k
         self.strategy = strategy
@@ -105,7 +108,7 @@ class RaceRetriever(BaseRetriever):
         self.last_receipt: Receipt | None = None
         """The receipt of the latest retrieval: its gaps and coverage, even with no nodes."""
 
-    def _plan(self, query: QueryBundle) -> Any:
+    def _plan(self, query: QueryBundle) -> LogicalPlan:
         return search_plan(
             self.engine,
             query.query_str,
