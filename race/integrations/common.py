@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from race.engine import Engine
 from rsc import InputError, canonical_data, canonical_json
 
 if TYPE_CHECKING:
     from planner.logical import LogicalPlan
-    from race.engine import Engine
     from race.receipt import EvidenceItem, Receipt
     from race.search import StrategyName, WhereInput
 
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 def open_engine(engine: Engine | str | os.PathLike[str]) -> tuple[Engine, Path | None]:
     """The engine, and the index path it was opened from when given as a path (what a
     serialized component is rebuilt from)."""
-    from race.engine import Engine
-
     if isinstance(engine, Engine):
         return engine, None
     if isinstance(engine, str | os.PathLike):
