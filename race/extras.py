@@ -9,7 +9,9 @@ from types import ModuleType
 from rsc import InputError
 
 EXTRAS: dict[str, tuple[str, str]] = {
+    "haystack": ("haystack", "haystack-ai"),
     "ir_measures": ("eval", "ir-measures"),
+    "llama_index.core": ("llamaindex", "llama-index-core"),
     "matplotlib": ("eval", "matplotlib"),
     "pandas": ("pandas", "pandas"),
     "ray": ("ray", "ray"),
