@@ -27,6 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from race.extras import require
 
+# Haystack reports usage over the network unless told not to; RACE keeps a query on this machine
+# unless a plan says otherwise, so its component does not opt a user in (set the variable to
+# "True" to allow it).
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 require("haystack", feature="race.integrations.haystack", where="import")
 
 from haystack import Document, component, default_from_dict, default_to_dict  # noqa: E402
