@@ -17,7 +17,7 @@ import tantivy
 
 from backends.graph import GraphAdapter
 from backends.graph.store import write_graph
-from backends.lancedb import LanceAdapter
+from backends.lancedb import LanceAdapter, LanceIndex
 from backends.lancedb.build import ann_index_config
 from backends.lancedb.query import TABLE, VECTOR, VECTOR_INDEX
 from backends.tantivy import TantivyAdapter
@@ -136,21 +136,27 @@ def test_changing_an_edge(long_lived: LongLived, live_index: Path) -> None:
     assert target not in {h.doc_id for item in after[0].evidence for h in item.hits}
 
 
-def _commit_once(cls: type[Any], commit: Callable[[], None], monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """``cls._scan`` (the blocking part of a scan, on its worker thread) commits to the index
-    first, on its first call: the commit lands while the leg is in flight."""
-    real = cls._scan
+def _commit_once(
+    targets: tuple[tuple[type[Any], str], ...], commit: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> list[int]:
+    """Each ``cls.method`` in ``targets`` (the blocking part of a scan, on its worker thread:
+    the table's scan, or the exact matrix's) commits to the index first, on the first call of
+    any of them: the commit lands while the leg is in flight."""
     done: list[int] = []
     lock = threading.Lock()
 
-    def scan(self: Any, request: Any) -> Any:
-        with lock:
-            if not done:
-                commit()
-                done.append(1)
-        return real(self, request)
+    def patched(real: Callable[..., Any]) -> Callable[..., Any]:
+        def scan(self: Any, request: Any) -> Any:
+            with lock:
+                if not done:
+                    commit()
+                    done.append(1)
+            return real(self, request)
 
-    monkeypatch.setattr(cls, "_scan", scan)
+        return scan
+
+    for cls, method in targets:
+        monkeypatch.setattr(cls, method, patched(getattr(cls, method)))
     return done
 
 
@@ -185,7 +191,12 @@ def test_a_commit_during_an_in_flight_leg(
         engine.result_cache = type(engine.result_cache)()
         with monkeypatch.context() as patch:
             commit = (_tantivy_commit if backend == "tantivy" else _lance_commit)(live_index, chunk)
-            done = _commit_once(TantivyAdapter if backend == "tantivy" else LanceAdapter, commit, patch)
+            targets = (
+                ((TantivyAdapter, "_scan"),)
+                if backend == "tantivy"
+                else ((LanceAdapter, "_scan"), (LanceIndex, "_scan_exact"))
+            )
+            done = _commit_once(targets, commit, patch)
             during = engine.run_sync(one)
             assert done == [1]
         assert mixed_hits(during) == []
