@@ -5,12 +5,16 @@ in packages of their own, which the adapters import and which import no adapter.
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Adapter, Progress, blocking, custody_hit, load_contracts_beside
 from backends.ingest.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
 from rsc import Contract
+
+# Nothing is printed unless the application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from backends.graph import GraphAdapter

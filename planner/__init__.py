@@ -1,6 +1,8 @@
 """The planner: logical DAG model, RSC matching, the memo of physical alternatives, cost,
 and explain. Pure: it sees backends only as RSC data and statistics."""
 
+import logging
+
 from planner.cost import Estimate, Statistics, estimate_scan, selectivity
 from planner.explain import render_json, render_text
 from planner.logical import (
@@ -46,6 +48,9 @@ from planner.physical import (
     walk,
 )
 from planner.validate import check_graph
+
+# Nothing is printed unless the application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "EXPLAIN_SCHEMA_VERSION",

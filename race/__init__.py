@@ -9,9 +9,13 @@ that need no backend do not import LanceDB, pyarrow or networkx."""
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from race.version import __version__
+
+# Nothing is printed unless the application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from race.engine import Engine, known_contracts, load_statistics

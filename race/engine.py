@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import weakref
@@ -31,12 +32,13 @@ from race.search import SearchOptions, plan_for_search
 from race.state.cache import PlanCache, ResultCache
 from race.state.retain import RunRecorder
 from race.state.snapshots import backends_read, modes_read, pin_snapshots
+from race.tracing import run_attributes, span
 from rsc import Contract, GapKind, InputError, most_specific
 
 # A receipt with a gap that depends on timing, on a backend's health or on a snapshot that
 # moved under the run is never cached.
 _TRANSIENT_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR, GapKind.SNAPSHOT_MOVED})
-
+_log = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -179,20 +181,24 @@ class Engine(BackendFacts):
         # of them (it is what one would hash) and a fraction of the cost on every run.
         key = (plan_digest(plan), self.statistics_fingerprint(generations), tuple(sorted(generations.items())))
         cached = self.plan_cache.get(key)
-        if cached is not None:
-            return cached, True
+        with span("race.plan", where=where, cache_hit=cached is not None) as traced:
+            explain = cached if cached is not None else self._compile(plan, generations, where, key)
+            traced.set(fingerprint=explain.fingerprints.plan, physical=explain.fingerprints.physical)
+        _log.debug("plan %s %s: %s", where, explain.fingerprints.plan, "cache hit" if cached else "compiled")
+        return explain, cached is not None
+
+    def _compile(self, plan: LogicalPlan, generations: Mapping[str, str], where: str, key: Any) -> Explain:
         check_plan_filters(plan, self.adapters.values(), where=where)
-        stats = self.statistics(generations)
         explain = compile_plan(
             plan,
             contracts=self.contracts_at(generations),
             backend_generations=generations,
-            stats=stats,
+            stats=self.statistics(generations),
             where=where,
             absent=self.absent,
         )
         self.plan_cache.put(key, explain)
-        return explain, False
+        return explain
 
     @_one_error
     async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
@@ -233,7 +239,12 @@ class Engine(BackendFacts):
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
 
-        The plan's set-up (``warm``) is done first; the deadline starts after it."""
+        The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
+        with span("race.run", where=where) as traced:
+            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain)))
+        return receipt
+
+    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None) -> Receipt:
         logical = self.parse(plan, where=where)
         setup_s = await self.warm(logical, where=where)
         started = time.monotonic()
@@ -254,6 +265,7 @@ class Engine(BackendFacts):
                     plan_cache="hit" if plan_hit else "miss",
                     receipt_cache="hit",
                 )
+                _log.debug("run %s: receipt cache hit", where)
                 return cached.model_copy(update={"operational": operational})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (SPEC §7).

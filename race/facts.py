@@ -17,6 +17,7 @@ import anyio
 from backends import Adapter
 from planner import Statistics
 from race.run.legs import UNKNOWN_GENERATION
+from race.tracing import span
 from rsc import Contract, calibrated
 
 SETUP_TIMEOUT_S = 120.0
@@ -151,10 +152,12 @@ class BackendFacts:
         todo = [(n, m) for n, m in needs.items() if (n, m) not in self._warmed and (n, None) not in self._warmed]
 
         async def one(name: str, modes: frozenset[str] | None) -> None:
-            try:
-                await anyio.to_thread.run_sync(self.adapters[name].warm, modes, abandon_on_cancel=True)
-            except Exception:
-                return
+            with span("race.setup", backend=name, modes=sorted(modes) if modes is not None else ["all"]) as traced:
+                try:
+                    await anyio.to_thread.run_sync(self.adapters[name].warm, modes, abandon_on_cancel=True)
+                except Exception as exc:
+                    traced.fail(f"{type(exc).__name__}: {exc}")
+                    return
             self._warmed.add((name, modes))
 
         with anyio.move_on_after(SETUP_TIMEOUT_S):

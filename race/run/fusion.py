@@ -16,6 +16,7 @@ from fractions import Fraction
 from planner import RRF, FusionSpec
 from race.receipt import Fusion
 from race.run.outcome import Item, Outcome
+from race.tracing import span
 from rsc import ScoreKind, SearchCoverage, SupportClosure, similarity, similarity_floor, weakest, weakest_closure
 
 RRF_K = 60
@@ -54,6 +55,14 @@ def fuse(node: str, parts: Sequence[Outcome], spec: FusionSpec = RRF, *, top_k: 
 
     One input with hits keeps its own order; several fuse by RRF over their rankings (I11).
     Coverage and closure are the weakest of the inputs'; gaps are all of theirs."""
+    with span("race.fusion", node=node, inputs=[p.node for p in parts]) as traced:
+        fused = _fuse(node, parts, spec, top_k=top_k)
+        method = "rrf" if sum(1 for p in parts if p.items) > 1 else "single"
+        traced.set(method=method, k=spec.k if method == "rrf" else None, items=len(fused.items))
+    return fused
+
+
+def _fuse(node: str, parts: Sequence[Outcome], spec: FusionSpec, *, top_k: int | None) -> Outcome:
     items: dict[str, Item] = {}
     inner: dict[str, list[Fusion]] = {}
     for part in parts:

@@ -11,6 +11,7 @@ cache and model-call counts) is kept beside the results, never in them.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,10 @@ from backends.base import Adapter
 from planner import Generations, ScanNode
 from race.run.answers import screen
 from race.run.outcome import FAILURE_GAPS, gap
+from race.tracing import gap_kinds, span
 from rsc import BackendTimeout, Contract, Gap, GapKind, ScanRequest, ScanResult, SnapshotMoved, fingerprint
+
+_log = logging.getLogger(__name__)
 
 
 class ScanCache(Protocol):
@@ -93,6 +97,30 @@ class LegRunner:
         return (self.deadline - time.monotonic()) * 1000.0
 
     async def fetch(self, scan: ScanNode, obligation: str, label: str) -> Answer:
+        """``_fetch`` in a ``race.leg`` span, logged at DEBUG (a failed call at WARNING)."""
+        request = scan.request
+        contract = f"{request.rsc_id}@{request.rsc_version}"
+        about = {"obligation": obligation, "backend": request.backend, "contract": contract, "mode": request.mode}
+        with span("race.leg", label=label, **about) as leg:
+            answer = await self._fetch(scan, obligation, label)
+            record = self.operational.legs.get(label)
+            gaps = (*answer.gaps, *(answer.result.gaps if answer.result is not None else ()))
+            kinds = gap_kinds(gaps)
+            model_calls = answer.result.model_calls if answer.result is not None else 0
+            if record is not None:
+                leg.set(ms=record.ms, cache=record.cache, hits=record.hits, outcome=record.outcome)
+            leg.set(gap_kinds=kinds, model_calls=model_calls)
+            failed = [g for g in gaps if g.kind in FAILURE_GAPS]
+            if failed:
+                leg.fail(failed[0].detail)
+        outcome = record.outcome if record is not None else "shared"
+        figures = f"{record.ms} ms, {record.hits} hits, cache {record.cache}" if record is not None else "answered"
+        if any(g.kind is GapKind.BACKEND_ERROR for g in failed):
+            _log.warning("leg %s %s %s: %s (%s)", label, request.backend, contract, outcome, failed[0].detail)
+        _log.debug("leg %s %s %s: %s, %s, gaps %s", label, request.backend, contract, outcome, figures, kinds)
+        return answer
+
+    async def _fetch(self, scan: ScanNode, obligation: str, label: str) -> Answer:
         """``scan``'s request through the result cache, the backend's concurrency limit and the
         leg and plan deadlines; a request already answered in this run is not sent again."""
         request = scan.request

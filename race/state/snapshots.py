@@ -21,6 +21,7 @@ import anyio
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot
 from planner import Explain, scans
 from race.run.context import gather
+from race.tracing import span
 from rsc import BackendUnavailable, ScanRequest, ScanResult
 
 LINEAGE_BACKEND = "graph"
@@ -61,11 +62,13 @@ async def pin_snapshots(
     async def pin(name: str) -> Adapter:
         adapter = adapters[name]
         planned = generations.get(name, UNKNOWN_GENERATION)
-        try:
-            return await adapter.pin(planned)
-        except Exception as exc:
-            # An adapter's fault, of any type, is its legs' gap, never the run's failure.
-            return _PinFailed(adapter, planned=planned, detail=f"{type(exc).__name__}: {exc}")
+        with span("race.pin", backend=name, generation=planned) as traced:
+            try:
+                return await adapter.pin(planned)
+            except Exception as exc:
+                # An adapter's fault, of any type, is its legs' gap, never the run's failure.
+                traced.fail(detail := f"{type(exc).__name__}: {exc}")
+                return _PinFailed(adapter, planned=planned, detail=detail)
 
     pinned: dict[str, Adapter] = {}
     with anyio.move_on_after(limit):
