@@ -61,18 +61,26 @@ def _value(value: Any) -> Any:
     return str(value)
 
 
+_trace: Any = None
+"""``opentelemetry.trace`` once found, else ``None`` (never imported when not installed)."""
+_off_providers: tuple[type, ...] = ()
+
+
 def _tracer() -> Any:
-    """The ``race`` tracer, or ``None`` when OpenTelemetry is absent or has no provider set."""
-    global _available
+    """The ``race`` tracer, or ``None`` when OpenTelemetry is absent or has no provider set
+    (asked on every span: an application may set its provider after RACE is imported)."""
+    global _available, _trace, _off_providers
     if _available is None:
         _available = importlib.util.find_spec("opentelemetry") is not None
-    if not _available:
-        return None
-    from opentelemetry import trace
-    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
+        if _available:
+            from opentelemetry import trace
+            from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
+            _trace, _off_providers = trace, (ProxyTracerProvider, NoOpTracerProvider)
+    if _trace is None:
+        return None
+    provider = _trace.get_tracer_provider()
+    if isinstance(provider, _off_providers):
         return None
     return provider.get_tracer(TRACER_NAME)
 
