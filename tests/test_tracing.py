@@ -128,6 +128,7 @@ def test_normalized_receipt_is_the_same_with_tracing_on_and_off(
     spans.clear()
     # As without OpenTelemetry installed: every span is the one that records nothing.
     monkeypatch.setattr(race.tracing, "_available", False)
+    monkeypatch.setattr(race.tracing, "_trace", None)
     with Engine.open(index_dir) as engine:
         plain = engine.run_sync(PLAN)
     assert spans.get_finished_spans() == ()
