@@ -24,6 +24,8 @@ CASES: list[tuple[str, str, Any]] = [
     ("plan", "models", ["not-a-model"]),
     ("plan", "models", "abc"),
     ("plan", "models", 7),
+    ("plan", "models", [{"name": None, "dims": 384}]),
+    ("plan", "models", [{"name": "m", "dims": [384]}]),
     ("plan", "generations", ["tantivy"]),
     ("plan", "generations", None),
     ("plan", "logical", 5),

@@ -181,6 +181,15 @@ class ReplayingRelations:
         return {k: tuple(v) for k, v in self._answer("related", args).items()}
 
 
+def _models(value: Any) -> tuple[dict[str, str | int], ...]:
+    """The plan artifact's embedding models, each names to strings or integers as in a receipt."""
+    models = tuple(dict(m) for m in value)
+    for model in models:
+        if not all(isinstance(k, str) and isinstance(v, str | int) for k, v in model.items()):
+            raise TypeError(f"models holds {model!r}, not names to strings or integers")
+    return models
+
+
 def _answers(method: str, value: object) -> bool:
     """Whether ``value`` is one id's answer to ``method``: an origin id, or a list of ids."""
     if method == "origins":
@@ -236,7 +245,7 @@ class ReplaySession:
                 plan=plan,
                 explain=explain,
                 generations={str(k): str(v) for k, v in art["generations"].items()},
-                models=tuple(dict(m) for m in art["models"]),
+                models=_models(art["models"]),
                 backends_open=tuple(str(b) for b in art["backends_open"]),
                 with_relations=bool(art["relations"]),
                 early_stop=bool(art.get("early_stop", True)),
