@@ -34,7 +34,7 @@ from planner.operators import (
     RelevanceFloor,
     UnionOp,
 )
-from planner.optimizer import EXPLAIN_SCHEMA_VERSION, Explain, compile_plan, plan_fingerprint
+from planner.optimizer import EXPLAIN_SCHEMA_VERSION, Explain, combined_plan_fingerprint, compile_plan, plan_fingerprint
 from planner.physical import (
     RRF,
     EarlyStopVerdict,
@@ -89,6 +89,7 @@ __all__ = [
     "UnsatisfiableNode",
     "check_filter_fields",
     "check_graph",
+    "combined_plan_fingerprint",
     "compile_plan",
     "estimate_scan",
     "logical_fingerprint",

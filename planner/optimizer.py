@@ -99,15 +99,17 @@ def plan_fingerprint(
     )
     backends = sorted({c.backend for c in contracts})
     generations = {b: backend_generations.get(b, "absent") for b in backends}
-    plan_fp = fingerprint(
-        {
-            "logical": logical if logical is not None else logical_fingerprint(plan),
-            "contracts": contract_part,
-            "backends": generations,
-            "caller": plan.generations,
-        }
+    logical = logical if logical is not None else logical_fingerprint(plan)
+    return combined_plan_fingerprint(plan, logical, contract_part, generations), contract_part, generations
+
+
+def combined_plan_fingerprint(plan: LogicalPlan, logical: str, contracts: str, generations: Mapping[str, str]) -> str:
+    """The plan fingerprint of its parts: ``plan`` (its caller's generations), its logical
+    fingerprint, the contracts' fingerprint and their backends' generations. Replay checks a
+    retained plan against its receipt with it."""
+    return fingerprint(
+        {"logical": logical, "contracts": contracts, "backends": dict(generations), "caller": plan.generations}
     )
-    return plan_fp, contract_part, generations
 
 
 def number_groups(plan: LogicalPlan) -> dict[str, int]:

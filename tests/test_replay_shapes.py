@@ -6,6 +6,7 @@ and lists that digest in the receipt."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ CASES: list[tuple[str, str, Any]] = [
     ("plan", "models", ["not-a-model"]),
     ("plan", "models", "abc"),
     ("plan", "models", 7),
+    ("plan", "models", [{"name": None, "dims": 384}]),
+    ("plan", "models", [{"name": "m", "dims": [384]}]),
     ("plan", "generations", ["tantivy"]),
     ("plan", "generations", None),
     ("plan", "logical", 5),
@@ -51,13 +54,24 @@ def retained_run(tmp_path_factory: pytest.TempPathFactory, index_dir: Path) -> t
 
 
 def _rewrite(root: Path, receipt: dict[str, Any], kind: str, name: str, value: Any, out: Path) -> Path:
+    def change(art: dict[str, Any]) -> None:
+        art[name] = value
+        if kind == "scan" and name == "error":
+            art["outcome"] = "error"
+
+    return _readdressed(root, receipt, kind, change, out)
+
+
+def _readdressed(
+    root: Path, receipt: dict[str, Any], kind: str, change: Callable[[dict[str, Any]], None], out: Path
+) -> Path:
+    """The receipt listing the first ``kind`` artifact changed by ``change`` and stored under
+    its new digest, so that the hash check passes."""
     retained = list(receipt["retained"])
     for i, digest in enumerate(retained):
         art = json.loads(artifact_path(root, digest).read_bytes())
         if art.get("kind") == kind:
-            art[name] = value
-            if kind == "scan" and name == "error":
-                art["outcome"] = "error"
+            change(art)
             data = json.dumps(art).encode()
             retained[i] = sha256_digest(data)
             path = artifact_path(root, retained[i])
@@ -88,3 +102,48 @@ def test_wrong_shaped_artifact_fails_closed(
     assert (code, out) == (2, ""), err
     assert err.count("\n") == 1 and err.startswith("race: error: "), err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def _replay_fails_closed_naming(receipt_file: Path, root: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    code = main(["replay", str(receipt_file), "--retained", str(root), "--json"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and err.startswith(f"race: error: {root / 'artifacts'}/"), err
+    return err
+
+
+def test_a_renamed_obligation_in_the_plan_artifact_fails_closed(
+    retained_run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The logical plan of the plan artifact is bound to the receipt's plan fingerprint: an
+    obligation renamed throughout it (a valid plan, re-addressed) is not run (it was a
+    ``LookupError``, exit 1)."""
+    root, receipt = retained_run
+    renamed = receipt["obligations"][0]["id"]
+
+    def rename(art: dict[str, Any]) -> None:
+        art["logical"] = json.loads(json.dumps(art["logical"]).replace(f'"{renamed}"', f'"{renamed}-x"'))
+
+    err = _replay_fails_closed_naming(_readdressed(root, receipt, "plan", rename, tmp_path), root, capsys)
+    assert "its logical plan is not the plan of the receipt's plan fingerprint" in err
+
+
+def test_a_related_answer_holding_a_number_fails_closed(
+    index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A supersession answer whose id became a number is refused, naming the artifact (it was
+    read as a failed supersession check, or replayed as if nothing had changed)."""
+    root = tmp_path / "r"
+    receipt = json.loads(
+        Engine.open(index_dir).run_sync(FIXTURES / "plans" / "freshness_superseded.json", retain=root).model_dump_json()
+    )
+
+    def numbered(art: dict[str, Any]) -> None:
+        assert art["method"] == "related"
+        listed = [ids for ids in art["answer"].values() if ids]
+        assert listed, "the run found no supersession edge to alter"
+        for ids in listed:
+            ids[-1] = 5
+
+    err = _replay_fails_closed_naming(_readdressed(root, receipt, "relations", numbered, tmp_path), root, capsys)
+    assert "holds no related answer (a JSON object of lists of strings)" in err

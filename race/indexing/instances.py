@@ -22,7 +22,7 @@ def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, A
     if not urls:
         return {}  # without importing the HTTP client
     from backends.remote import RemoteAdapter
-    from rsc import InputError
+    from rsc import BackendUnavailable, InputError
 
     if len(urls) > 1:
         raise InputError(
@@ -32,8 +32,20 @@ def connect_remotes(urls: Sequence[str], *, timeout: float = 5.0) -> dict[str, A
         )
     adapters: dict[str, Adapter] = {}
     for url in urls:
-        adapters[RemoteAdapter.backend] = RemoteAdapter.connect(url, timeout=timeout)
+        try:
+            adapters[RemoteAdapter.backend] = RemoteAdapter.connect(url, timeout=timeout)
+        except BackendUnavailable as exc:
+            # A server named on the command line that does not answer is bad input (exit 2),
+            # not an internal error; the message names the URL and what it said.
+            raise InputError(f"{url}: {_unwrapped(exc)} (is `race serve` running there?)", where="--remote") from exc
     return adapters
+
+
+def _unwrapped(exc: BaseException) -> str:
+    """The message of a ``RaceError`` without the ``where:`` prefix it was given."""
+    where = getattr(exc, "where", None)
+    text = str(exc)
+    return text.removeprefix(f"{where}: ") if where else text
 
 
 def load_statistics(path: Path) -> Statistics:
@@ -150,11 +162,12 @@ def _located(location: str, base: Path) -> Path:
 
 def _open_instance(name: str, instance: Instance, *, base: Path, where: str) -> Adapter:
     from backends.named import NamedInstance
-    from rsc import IndexMissingError, InputError
+    from rsc import BackendUnavailable, IndexMissingError, InputError
 
     embedder = (
         resolve_embedder(instance.embedder, where=where, instance=name) if instance.embedder is not None else None
     )
+    kind = instance.kind
     try:
         adapter = _adapter(name, instance, base=base, embedder=embedder)
     except ImportError as exc:
@@ -163,6 +176,13 @@ def _open_instance(name: str, instance: Instance, *, base: Path, where: str) -> 
         said = str(exc)
         raise IndexMissingError(
             said if said.startswith("instance ") else f"instance {name}: {said}", where=where
+        ) from exc
+    except BackendUnavailable as exc:
+        if kind != "race-remote":
+            raise
+        # A server the catalog names that does not answer is bad input (exit 2), as with --remote.
+        raise InputError(
+            f"instance {name}: {instance.location}: {_unwrapped(exc)} (is `race serve` running there?)", where=where
         ) from exc
     return adapter if adapter.backend == name else NamedInstance(adapter, name)
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backends.remote import decode_exchange
-from planner import Explain, LogicalPlan
+from planner import Explain, LogicalPlan, combined_plan_fingerprint, logical_fingerprint
 from race.receipt import Lineage as ReceiptLineage
 from race.receipt import Receipt
 from race.state.artifacts import (
@@ -163,12 +163,10 @@ class ReplayingRelations:
             raise exc
         self.session.used.add(found[0])
         answer = found[1].get("answer")
-        if not isinstance(answer, dict) or not all(
-            isinstance(v, str if method == "origins" else list) for v in answer.values()
-        ):
+        if not isinstance(answer, dict) or not all(_answers(method, v) for v in answer.values()):
             broken = ReplayError(
                 f"artifact {found[0]} holds no {method} answer (a JSON object of "
-                f"{'strings' if method == 'origins' else 'lists'})",
+                f"{'strings' if method == 'origins' else 'lists of strings'})",
                 where=str(artifact_path(self.session.root, found[0])),
             )
             self.session.failure = self.session.failure or broken
@@ -181,6 +179,22 @@ class ReplayingRelations:
     def related(self, ids: Sequence[str], relation: str, direction: str) -> dict[str, tuple[str, ...]]:
         args = {"ids": list(ids), "relation": relation, "direction": direction}
         return {k: tuple(v) for k, v in self._answer("related", args).items()}
+
+
+def _models(value: Any) -> tuple[dict[str, str | int], ...]:
+    """The plan artifact's embedding models, each names to strings or integers as in a receipt."""
+    models = tuple(dict(m) for m in value)
+    for model in models:
+        if not all(isinstance(k, str) and isinstance(v, str | int) for k, v in model.items()):
+            raise TypeError(f"models holds {model!r}, not names to strings or integers")
+    return models
+
+
+def _answers(method: str, value: object) -> bool:
+    """Whether ``value`` is one id's answer to ``method``: an origin id, or a list of ids."""
+    if method == "origins":
+        return isinstance(value, str)
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 @dataclass
@@ -231,7 +245,7 @@ class ReplaySession:
                 plan=plan,
                 explain=explain,
                 generations={str(k): str(v) for k, v in art["generations"].items()},
-                models=tuple(dict(m) for m in art["models"]),
+                models=_models(art["models"]),
                 backends_open=tuple(str(b) for b in art["backends_open"]),
                 with_relations=bool(art["relations"]),
                 early_stop=bool(art.get("early_stop", True)),
@@ -244,6 +258,18 @@ class ReplaySession:
             receipt.fingerprints.physical
         ):
             raise ReplayError("plan artifact does not match the receipt's plan and physical fingerprints", where=where)
+        parts = explain.fingerprints
+        if combined_plan_fingerprint(plan, logical_fingerprint(plan), parts.contracts, parts.backends) != (
+            receipt.fingerprints.plan
+        ):
+            # The explain's fingerprints match, but the logical plan beside it is not the one
+            # they were made from (an obligation renamed, a filter changed): the executor would
+            # run a plan the physical plan does not serve.
+            raise ArtifactTampered(
+                f"artifact {digest}: its logical plan is not the plan of the receipt's plan fingerprint "
+                f"{receipt.fingerprints.plan}; the artifact was altered",
+                where=where,
+            )
         session.used.add(digest)
         for digest, art in loaded:
             if art.get("kind") == "scan":
