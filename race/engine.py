@@ -268,7 +268,7 @@ class Engine(BackendFacts):
                 _log.debug("run %s: receipt cache hit", where)
                 return cached.model_copy(update={"operational": operational})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
-        # lands mid-run cannot change what this run reads (SPEC §7).
+        # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
         adapters = await pin_snapshots(self.adapters, generations, read=read, deadline=deadline)
         recorder = RunRecorder(adapters, self.lineage(adapters), retain=retain)

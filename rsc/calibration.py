@@ -1,5 +1,6 @@
-"""Calibrated approximation (SPEC §7): the recall an approximate contract promises, measured
-on the index it describes, per filter-selectivity bucket and per filterable field.
+"""Calibrated approximation (docs/invariants.md#calibrated-approximation): the recall an
+approximate contract promises, measured on the index it describes, per filter-selectivity bucket
+and per filterable field.
 
 A ``Calibration`` is measured (``race calibrate``, or at index time) by running the
 contract's own search for sampled queries and comparing with the exact top-k. What a

@@ -158,8 +158,9 @@ class ScanRequest(Record):
 
 
 class ExpectedRecall(Record):
-    """The recall an approximate contract promises for one request (SPEC §7): a lower confidence
-    bound measured on the index it describes, for the request's selectivity bucket."""
+    """The recall an approximate contract promises for one request
+    (docs/invariants.md#calibrated-approximation): a lower confidence bound measured on the
+    index it describes, for the request's selectivity bucket."""
 
     recall: Annotated[CanonicalFloat, Field(ge=0.0, le=1.0)] | None
     """``None``: the bucket was not measured, so nothing is promised."""

@@ -1,9 +1,9 @@
 """The shared vocabulary: obligation kinds, query classes, coverage scales, statuses, gaps.
 
-Every enum here is a closed set that crosses a boundary (plans, contracts, receipts), so
-the values are the stable spellings of SPEC §2 and §6. Ordered scales carry a rank so
-that coverage can be aggregated conservatively (a composite is never better covered than
-its weakest required input).
+Every enum here is a closed set that crosses a boundary (plans, contracts, receipts), so the
+values are the stable spellings of docs/invariants.md (vocabulary, stable output keys). Ordered
+scales carry a rank so that coverage can be aggregated conservatively (a composite is never
+better covered than its weakest required input).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class QueryClass(StrEnum):
 
 
 class Strategy(StrEnum):
-    """How a query class is served by default (SPEC §2)."""
+    """How a query class is served by default (docs/invariants.md#vocabulary)."""
 
     EXACT = "exact"
     LEXICAL = "lexical"

@@ -1,6 +1,6 @@
-"""Calibrated approximation (SPEC §7): recall measured on the index a contract describes,
-declared as a lower confidence bound per selectivity bucket, carried by every approximate
-hit, and used by the planner for an obligation's ``min_recall``."""
+"""Calibrated approximation (docs/invariants.md#calibrated-approximation): recall measured on
+the index a contract describes, declared as a lower confidence bound per selectivity bucket,
+carried by every approximate hit, and used by the planner for an obligation's ``min_recall``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A node read by several parents is one immutable value (I5, SPEC §7).
+"""A node read by several parents is one immutable value (I5; docs/invariants.md#shared-nodes).
 
 Each plan under fixtures/plans/shared/ has an obligation that feeds two or three operators
 (freshen + cascade, corroborate + union, oppose + intersect). Every order in which the legs

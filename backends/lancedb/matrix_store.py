@@ -238,7 +238,7 @@ def truncation_gaps(
     owner: Adapter, request: ScanRequest, hits: Sequence[Hit], truncated: dict[str, dict[str, int]]
 ) -> list[Gap]:
     """A ``truncated_text`` gap for every document among the hits with text past the model's
-    window: this search could not see into that text (SPEC §7)."""
+    window: this search could not see into that text (docs/invariants.md#gap-kinds)."""
     gaps = []
     for doc in sorted({h.doc_id for h in hits} & set(truncated)):
         cut = truncated[doc]

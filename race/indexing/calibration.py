@@ -1,4 +1,4 @@
-"""Calibrating an index's approximate contracts (SPEC §7, calibrated approximation).
+"""Calibrating an index's approximate contracts (docs/invariants.md#calibrated-approximation).
 
 ``race index`` calibrates the index it builds, and ``race calibrate DIR`` again after the
 table changed (new rows, a retrained ANN index): each is a new generation, which a kept

@@ -79,7 +79,8 @@ def load_for_index(
     corpus_path: Path, *, embedder: Embedder | None, vectors: bool, notice: Callable[[str], None] | None
 ) -> tuple[Corpus, str | None]:
     """The corpus, validated in full, cut to the embedder's tokenizer where the model is
-    installed (SPEC §7); and why the index gets no vector index (``None``: it gets one)."""
+    installed (docs/invariants.md#gap-kinds, ``truncated_text``); and why the index gets no
+    vector index (``None``: it gets one)."""
     from backends.ingest.corpus import Chunking
     from backends.models.embedding import token_counter
 
@@ -152,7 +153,7 @@ def finish_staging(staging: Path, out: Path, corpus: Corpus, generations: dict[s
         manifest["vectors_skipped"] = skipped
     (staging / SCHEMA).write_text(schema_document(corpus.corpus_schema))
     (staging / DOCUMENTS).write_text(json.dumps(document_digests(corpus), indent=0, sort_keys=True) + "\n")
-    # The approximate contracts' recall, measured on the table just built (SPEC §7).
+    # The approximate contracts' recall, measured on the table just built (docs/invariants.md#calibrated-approximation).
     from race.indexing.calibration import calibrate_index
 
     calibrate_index(staging)

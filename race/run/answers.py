@@ -1,4 +1,4 @@
-"""Screening a backend's answer before anything reads it (SPEC §7, malformed answers).
+"""Screening a backend's answer before anything reads it (docs/invariants.md#malformed-answers).
 
 A hit is malformed when its native score is not finite or outside what its score kind
 admits, when its score kind is not the contract's, when it falls outside a filter the

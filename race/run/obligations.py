@@ -89,7 +89,8 @@ def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps:
     request = node.request
     hits = [h for h in result.hits if all(f.matches(h.metadata) for f in request.residual)]
     if node.expected_recall is not None:
-        # An approximate hit carries the recall its contract promised for this request (SPEC §7).
+        # An approximate hit carries the recall its contract promised for this request
+        # (docs/invariants.md#calibrated-approximation).
         promise = {"expected_recall": node.expected_recall}
         hits = [h.model_copy(update={"custody": h.custody.model_copy(update=promise)}) for h in hits]
     gaps = [*leg_gaps, *result.gaps]

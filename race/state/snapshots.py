@@ -1,4 +1,4 @@
-"""Pinning a run's backends to the snapshots its plan was made with (SPEC §7).
+"""Pinning a run's backends to the snapshots its plan was made with (docs/invariants.md#generations-name-snapshots).
 
 A plan is made with every backend's generation as read just before it; the run then reads
 those snapshots and no others, whatever commits land while its legs are in flight. Each

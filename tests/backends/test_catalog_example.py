@@ -1,7 +1,8 @@
-"""The README's worked example, run as written: fixtures/catalogs/example.toml attaches a LanceDB
-table RACE did not build and a Milvus collection (milvus-lite, started by the backend suite's
-conftest), and fixtures/catalogs/example_plan.json unions them with a tantivy leg. Explain names
-each instance and contract; every hit's custody names its instance; each leg's hits are what a
+"""The catalog guide's worked example (docs/guide/catalog.md), run as written:
+fixtures/catalogs/example.toml attaches a LanceDB table RACE did not build and a Milvus
+collection (milvus-lite, started by the backend suite's conftest), and
+fixtures/catalogs/example_plan.json unions them with a tantivy leg. Explain names each instance
+and contract; every hit's custody names its instance; each leg's hits are what a
 direct call of that backend (or numpy, for the attached table) answers."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ the leg's own), so a hang costs the suite a fraction of a second, not its patien
 error or a malformed answer runs with deadlines far above any run's need (``ROOMY``), so
 that on a busy machine only the injected fault, never a slow leg, can end that leg.
 
-What every case must show (SPEC I3, I5, I7, I17 and §7 "Malformed answers"):
+What every case must show (docs/invariants.md: I3, I5, I7, I17 and "Malformed answers"):
 
 - ``engine.run`` returns a receipt: no exception of any type escapes, and it returns
   within ``deadline_ms + 100 ms`` even when a worker thread never comes back; plus, on a
@@ -89,7 +89,7 @@ from tests.faults.injector import (
 from tests.loop_lag import LoopLag
 
 SLACK_MS = 100.0
-"""How far past the plan deadline a run may return (SPEC I7, I17)."""
+"""How far past the plan deadline a run may return (docs/invariants.md: I7, I17)."""
 WATCHDOG_S = 10.0
 """A run still going this long after its plan deadline is a hang: the suite cuts it. (A run
 that waited out a ``HANG_S`` hang ends before that, and is an overrun.)"""

@@ -1,6 +1,6 @@
 """The fault matrix (tests/faults/matrix.py): every case returns a receipt within the plan
-deadline + 100 ms and names its fault where it happened; no loss is silent (SPEC I3, I5,
-I7, I17 and §7 "Malformed answers")."""
+deadline + 100 ms and names its fault where it happened; no loss is silent (docs/invariants.md: I3, I5,
+I7, I17 and "Malformed answers")."""
 
 from __future__ import annotations
 
