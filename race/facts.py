@@ -17,7 +17,7 @@ import anyio
 from backends import Adapter
 from planner import Statistics
 from race.run.legs import UNKNOWN_GENERATION
-from race.tracing import span
+from race.tracing import prepare, span
 from rsc import Contract, calibrated
 
 SETUP_TIMEOUT_S = 120.0
@@ -36,6 +36,7 @@ class BackendFacts:
         statistics: Statistics | None = None,
     ) -> None:
         self.adapters = dict(sorted(adapters.items()))
+        prepare()  # tracing's library, found now: never on the event loop
         self._contracts = tuple(
             sorted(
                 [c for a in self.adapters.values() for c in a.index_contracts()] + list(extra_contracts),

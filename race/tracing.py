@@ -66,9 +66,9 @@ _trace: Any = None
 _off_providers: tuple[type, ...] = ()
 
 
-def _tracer() -> Any:
-    """The ``race`` tracer, or ``None`` when OpenTelemetry is absent or has no provider set
-    (asked on every span: an application may set its provider after RACE is imported)."""
+def prepare() -> None:
+    """Find OpenTelemetry once (importing it where installed: tens of milliseconds). Set-up: an
+    engine calls it when it is made, so that no span's first use imports on the event loop."""
     global _available, _trace, _off_providers
     if _available is None:
         _available = importlib.util.find_spec("opentelemetry") is not None
@@ -77,6 +77,13 @@ def _tracer() -> Any:
             from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
             _trace, _off_providers = trace, (ProxyTracerProvider, NoOpTracerProvider)
+
+
+def _tracer() -> Any:
+    """The ``race`` tracer, or ``None`` when OpenTelemetry is absent or has no provider set
+    (asked on every span: an application may set its provider after RACE is imported)."""
+    if _available is None:
+        prepare()
     if _trace is None:
         return None
     provider = _trace.get_tracer_provider()
