@@ -15,12 +15,12 @@ from race.evidence.packet import Packet, build_packet, token_counter
 from race.indexing.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
 from race.receipt import Receipt
 from rsc import InputError
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, roomy_plan
 
 
 @pytest.fixture(scope="module")
 def showcase(session_engine: Engine) -> Receipt:
-    return session_engine.run_sync(SHOWCASE_PLAN)
+    return session_engine.run_sync(roomy_plan(SHOWCASE_PLAN))
 
 
 @pytest.fixture(scope="module")

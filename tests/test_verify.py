@@ -14,11 +14,12 @@ from race.engine import Engine
 from race.evidence.verify import EXIT_CITATION_BROKEN, verify_receipt
 from race.indexing.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
 from race.receipt import Receipt
+from tests.conftest import roomy_plan
 
 
 @pytest.fixture(scope="module")
 def showcase(session_engine: Engine) -> Receipt:
-    return session_engine.run_sync(SHOWCASE_PLAN)
+    return session_engine.run_sync(roomy_plan(SHOWCASE_PLAN))
 
 
 @pytest.fixture
