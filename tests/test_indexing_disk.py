@@ -62,7 +62,7 @@ def test_a_full_disk_during_the_copy_is_one_line_and_leaves_no_copy(
     _, err = capsys.readouterr()
     assert code == 1
     assert err.count("\n") == 1 and err.startswith(f"race: error: {out}: cannot copy the index to update it: "), err
-    assert "No space left on device (ENOSPC) writing " in err and "removed the partial copy" in err
+    assert "No space left on device (ENOSPC) writing " in err and "removed the partial index " in err
     assert len(err) < 300 + 2 * len(str(out))
     assert len(copied) == 3  # the copy stops at the first refusal, not after trying every file
     assert _leftovers(out) == []

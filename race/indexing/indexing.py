@@ -138,16 +138,16 @@ def _copy_file(src: str, dst: str) -> object:
 
 def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> StorageError | None:
     """``exc`` as one short ``StorageError`` line naming the index, the cause and the file when
-    the disk refused a write (the partial ``staging`` copy is already removed); else ``None``."""
+    the disk refused a write (the partial index in ``staging`` is already removed); else ``None``."""
     error: BaseException = exc
     target = ""
     if isinstance(exc, _CopyFailed):
         error, target = exc.error, exc.target
     elif isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
         # copytree's list of (source, target, reason) for every file it failed on: the first says why.
-        _, target, reason = exc.args[0][0]
+        reason = str(exc.args[0][0][2])
         return StorageError(
-            f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial copy {staging}",
+            f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial index {staging}",
             where=str(out),
         )
     if not isinstance(error, OSError) or (error.errno not in DISK_ERRNOS and not isinstance(exc, _CopyFailed)):
@@ -156,7 +156,7 @@ def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> Stor
     code = errno.errorcode.get(error.errno or 0, str(error.errno))
     where = str(Path(target).relative_to(staging)) if target and Path(target).is_relative_to(staging) else ""
     at = f" writing {where}" if where else ""
-    return StorageError(f"cannot {doing}: {cause} ({code}){at}; removed the partial copy {staging}", where=str(out))
+    return StorageError(f"cannot {doing}: {cause} ({code}){at}; removed the partial index {staging}", where=str(out))
 
 
 def _pid_alive(pid: int) -> bool:
