@@ -9,25 +9,36 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backends.base import Adapter, Progress, blocking, custody_hit, load_contracts_beside
-from backends.ingest.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
-from rsc import Contract
-
 # Nothing is printed unless the application configures logging.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
+    from backends.base import Adapter, Progress, blocking, custody_hit, load_contracts_beside
     from backends.graph import GraphAdapter
+    from backends.ingest.corpus import METADATA_FIELDS, Chunk, Corpus, Edge, load_corpus
     from backends.lancedb import LanceAdapter, LanceIndex
     from backends.remote import RemoteAdapter
     from backends.tantivy import TantivyAdapter
+    from rsc import Contract
 
     LOCAL_ADAPTERS: tuple[type[Adapter], ...]
     """Adapters that `race index` builds and an engine opens from an index directory, in build order."""
 
 # Each adapter module imports its backend's client library (LanceDB and pyarrow take a
-# second or more), so an adapter class is imported on first use, not with this package.
+# second or more), so an adapter class is imported on first use, not with this package; the
+# shared code (pydantic records) too, so that ``race --help`` and the server's wire vocabulary
+# (``backends.remote.wire``) load neither.
 _ADAPTERS = {
+    "Adapter": "backends.base",
+    "Progress": "backends.base",
+    "blocking": "backends.base",
+    "custody_hit": "backends.base",
+    "load_contracts_beside": "backends.base",
+    "METADATA_FIELDS": "backends.ingest.corpus",
+    "Chunk": "backends.ingest.corpus",
+    "Corpus": "backends.ingest.corpus",
+    "Edge": "backends.ingest.corpus",
+    "load_corpus": "backends.ingest.corpus",
     "GraphAdapter": "backends.graph",
     "LanceAdapter": "backends.lancedb",
     "LanceIndex": "backends.lancedb",
@@ -55,6 +66,8 @@ def shipped_contracts(*, remote: bool = False) -> tuple[Contract, ...]:
     """The RSC files shipped beside the local adapters (and, with ``remote``, the remote
     adapter's), read without importing any adapter, sorted by id and version; the same
     contracts as the adapters' own ``contracts()`` (tests/test_startup.py checks)."""
+    from backends.base import load_contracts_beside
+
     packages = (*_LOCAL_PACKAGES, "remote") if remote else _LOCAL_PACKAGES
     here = Path(__file__).parent
     found = [c for p in packages for c in load_contracts_beside(str(here / p / "__init__.py"))]

@@ -28,6 +28,8 @@ COMMANDS = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "race --version": [*RACE, "--version"],
     "race --help": [*RACE, "--help"],
+    "race run --help": [*RACE, "run", "--help"],
+    "race serve --help": [*RACE, "serve", "--help"],
     "race rsc list": [*RACE, "rsc", "list"],
     "race schema plan": [*RACE, "schema", "plan"],
     "race plan cascade_lexical.json": [*RACE, "plan", LEXICAL, "--index", "bundled"],

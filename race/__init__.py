@@ -1,7 +1,8 @@
 """The RACE runtime: the engine and the public names, with a package per stage: the run
 (``race.run``), state (``race.state``), evidence tools (``race.evidence``), evaluation
 (``race.evaluation``), serving (``race.serving``), indexing and instances (``race.indexing``)
-and the command line (``race.cli``); docs/design.md describes each.
+and the command line (``race.cli``); docs/design.md describes each. A plan can be written in
+Python with the typed builder (``race.builder``: ``Plan``, ``obligation``, ``union`` …).
 
 The public names load on first use (PEP 562), so that ``race --help`` and other commands
 that need no backend do not import LanceDB, pyarrow or networkx."""
@@ -18,6 +19,19 @@ from race.version import __version__
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
+    from race.builder import (
+        Plan,
+        cascade,
+        corroborate,
+        fallback,
+        freshen,
+        intersect,
+        join,
+        obligation,
+        oppose,
+        refine,
+        union,
+    )
     from race.engine import Engine, known_contracts, load_statistics
     from race.indexing.bundled import bundled_index_dir, ensure_bundled_index
     from race.indexing.indexing import build_index, read_manifest
@@ -34,20 +48,33 @@ if TYPE_CHECKING:
         receipt_json_schema,
     )
     from race.run.fusion import RRF_K, rrf
+    from race.search import Field
 
 _HOMES = {
     "RECEIPT_SCHEMA_VERSION": "race.receipt",
     "RRF_K": "race.run.fusion",
     "CoverageSummary": "race.receipt",
     "Engine": "race.engine",
+    "Field": "race.search",
     "EvidenceItem": "race.receipt",
     "Fusion": "race.receipt",
     "Lineage": "race.receipt",
     "ObligationReceipt": "race.receipt",
     "Operational": "race.receipt",
     "OperatorReceipt": "race.receipt",
+    "Plan": "race.builder",
     "Receipt": "race.receipt",
     "build_index": "race.indexing.indexing",
+    "cascade": "race.builder",
+    "corroborate": "race.builder",
+    "fallback": "race.builder",
+    "freshen": "race.builder",
+    "intersect": "race.builder",
+    "join": "race.builder",
+    "obligation": "race.builder",
+    "oppose": "race.builder",
+    "refine": "race.builder",
+    "union": "race.builder",
     "bundled_index_dir": "race.indexing.bundled",
     "ensure_bundled_index": "race.indexing.bundled",
     "known_contracts": "race.engine",
@@ -77,19 +104,31 @@ __all__ = [
     "CoverageSummary",
     "Engine",
     "EvidenceItem",
+    "Field",
     "Fusion",
     "Lineage",
     "ObligationReceipt",
     "Operational",
     "OperatorReceipt",
+    "Plan",
     "Receipt",
     "__version__",
     "build_index",
     "bundled_index_dir",
+    "cascade",
+    "corroborate",
     "ensure_bundled_index",
+    "fallback",
+    "freshen",
+    "intersect",
+    "join",
     "known_contracts",
     "load_statistics",
+    "obligation",
+    "oppose",
     "read_manifest",
     "receipt_json_schema",
+    "refine",
     "rrf",
+    "union",
 ]

@@ -1,37 +1,15 @@
 """Contracts and the shared vocabulary of RACE: RSC model, scan records, coverage and gap
-enums, canonical JSON and fingerprints, and the error tree."""
+enums, canonical JSON and fingerprints, and the error tree.
 
-from rsc.calibration import (
-    CALIBRATION_SCHEMA_VERSION,
-    UNCALIBRATED,
-    UNFILTERED,
-    Calibration,
-    RecallBucket,
-    bucket_of,
-)
-from rsc.canonical import (
-    CanonicalFloat,
-    canonical_data,
-    canonical_float,
-    canonical_json,
-    canonical_pretty,
-    dumps_canonical,
-    fingerprint,
-    fingerprint_bytes,
-)
-from rsc.contract import (
-    RSC_SCHEMA_VERSION,
-    Contract,
-    CostHints,
-    CoverageSpec,
-    EarlyStopSpec,
-    FilterSupport,
-    SnapshotSpec,
-    calibrated,
-    first_validation_error,
-    load_contract,
-    parse_contract,
-)
+The error tree and the enums (stdlib only) load with the package; the records, contracts,
+canonical JSON and versions (pydantic, orjson, xxhash, semantic_version) on first use (PEP 562),
+so that ``race --help`` and a command's argument errors import none of them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rsc.errors import (
     ArtifactMissing,
     ArtifactTampered,
@@ -51,25 +29,11 @@ from rsc.errors import (
     RaceError,
     ReplayError,
     SnapshotMoved,
+    StorageError,
     UnknownFilterField,
     VersionRangeError,
     most_specific,
 )
-from rsc.records import (
-    BackendStatistics,
-    Custody,
-    ExpectedRecall,
-    Filter,
-    Gap,
-    GraphPattern,
-    Hit,
-    Query,
-    Record,
-    Scalar,
-    ScanRequest,
-    ScanResult,
-)
-from rsc.version import Version, VersionRange
 from rsc.vocab import (
     DEFAULT_STRATEGY,
     REFUTING_KINDS,
@@ -96,6 +60,113 @@ from rsc.vocab import (
     weakest,
     weakest_closure,
 )
+
+if TYPE_CHECKING:
+    from rsc.calibration import (
+        CALIBRATION_SCHEMA_VERSION,
+        UNCALIBRATED,
+        UNFILTERED,
+        Calibration,
+        RecallBucket,
+        bucket_of,
+    )
+    from rsc.canonical import (
+        CanonicalFloat,
+        canonical_data,
+        canonical_float,
+        canonical_json,
+        canonical_pretty,
+        dumps_canonical,
+        fingerprint,
+        fingerprint_bytes,
+    )
+    from rsc.contract import (
+        RSC_SCHEMA_VERSION,
+        Contract,
+        CostHints,
+        CoverageSpec,
+        EarlyStopSpec,
+        FilterSupport,
+        SnapshotSpec,
+        calibrated,
+        first_validation_error,
+        load_contract,
+        parse_contract,
+    )
+    from rsc.records import (
+        BackendStatistics,
+        Custody,
+        ExpectedRecall,
+        Filter,
+        Gap,
+        GraphPattern,
+        Hit,
+        Query,
+        Record,
+        Scalar,
+        ScanRequest,
+        ScanResult,
+    )
+    from rsc.version import (
+        Version,
+        VersionRange,
+    )
+
+_HOMES = {
+    "BackendStatistics": "rsc.records",
+    "CALIBRATION_SCHEMA_VERSION": "rsc.calibration",
+    "Calibration": "rsc.calibration",
+    "CanonicalFloat": "rsc.canonical",
+    "Contract": "rsc.contract",
+    "CostHints": "rsc.contract",
+    "CoverageSpec": "rsc.contract",
+    "Custody": "rsc.records",
+    "EarlyStopSpec": "rsc.contract",
+    "ExpectedRecall": "rsc.records",
+    "Filter": "rsc.records",
+    "FilterSupport": "rsc.contract",
+    "Gap": "rsc.records",
+    "GraphPattern": "rsc.records",
+    "Hit": "rsc.records",
+    "Query": "rsc.records",
+    "RSC_SCHEMA_VERSION": "rsc.contract",
+    "RecallBucket": "rsc.calibration",
+    "Record": "rsc.records",
+    "Scalar": "rsc.records",
+    "ScanRequest": "rsc.records",
+    "ScanResult": "rsc.records",
+    "SnapshotSpec": "rsc.contract",
+    "UNCALIBRATED": "rsc.calibration",
+    "UNFILTERED": "rsc.calibration",
+    "Version": "rsc.version",
+    "VersionRange": "rsc.version",
+    "bucket_of": "rsc.calibration",
+    "calibrated": "rsc.contract",
+    "canonical_data": "rsc.canonical",
+    "canonical_float": "rsc.canonical",
+    "canonical_json": "rsc.canonical",
+    "canonical_pretty": "rsc.canonical",
+    "dumps_canonical": "rsc.canonical",
+    "fingerprint": "rsc.canonical",
+    "fingerprint_bytes": "rsc.canonical",
+    "first_validation_error": "rsc.contract",
+    "load_contract": "rsc.contract",
+    "parse_contract": "rsc.contract",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rsc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = [
     "CALIBRATION_SCHEMA_VERSION",
@@ -157,6 +228,7 @@ __all__ = [
     "SearchCoverage",
     "SnapshotMoved",
     "SnapshotSpec",
+    "StorageError",
     "Strategy",
     "SupportClosure",
     "UnknownFilterField",

@@ -17,6 +17,7 @@
     │   ├── ArtifactMissing        a retained response is absent
     │   └── ArtifactTampered       a retained response's hash does not match
     ├── ModelMissingError          the embedding model is not installed
+    ├── StorageError               the disk refused a write (full, over quota, read-only)
     ├── CanonicalError             a value has no canonical JSON form
     └── BackendError               a backend failed; becomes a gap, never an empty result
         ├── BackendTimeout         the backend did not answer within its deadline
@@ -88,6 +89,10 @@ class ArtifactTampered(ReplayError):
 
 
 class ModelMissingError(RaceError):
+    pass
+
+
+class StorageError(RaceError):
     pass
 
 

@@ -191,3 +191,44 @@ def test_cli_and_local_batch_never_import_ray(index_dir: Path, tmp_path: Path) -
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_killed_batch_resumed_writes_its_records_in_plans_file_order(
+    index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`race batch` SIGKILLed after some records, its bad line 2 then fixed: the resumed batch
+    runs line 2 and the lines the kill left unanswered, and the file ends with one record per
+    line, in plans-file order, the receipts it kept untouched."""
+    import os
+    import signal
+    import time
+
+    plans, out = tmp_path / "plans.jsonl", tmp_path / "receipts.jsonl"
+    lines = [orjson.dumps(roomy_plan(p)) for p in PLANS[:12]]
+    lines[1] = b"not json"
+    plans.write_bytes(b"\n".join(lines) + b"\n")
+    args = ["batch", str(plans), "--out", str(out), "--index", str(index_dir), "--concurrency", "1"]
+    script = "import sys; from race.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not out.exists() or out.read_bytes().count(b"\n") < 4:
+        assert proc.poll() is None, "race batch ended before it could be killed"
+        assert time.monotonic() < deadline, "race batch wrote no records"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = out.read_bytes().splitlines(keepends=True)
+    complete = [r for r in before if r.endswith(b"\n")]
+    assert 4 <= len(complete) < 12
+    assert [json.loads(r)["line"] for r in complete] == list(range(1, len(complete) + 1))
+    assert "error" in json.loads(complete[1])
+    lines[1] = orjson.dumps(roomy_plan(PLANS[12]))
+    plans.write_bytes(b"\n".join(lines) + b"\n")
+    # Exit 3: two fixture plans leave a mandatory obligation unsatisfied (lines 8 and 11).
+    assert main(args) == 3
+    assert f"{len(complete) - 1} already in" in capsys.readouterr().err
+    after = out.read_bytes().splitlines(keepends=True)
+    assert [json.loads(r)["line"] for r in after] == list(range(1, 13))
+    assert after[0] == complete[0] and after[2 : len(complete)] == complete[2:]
+    assert all("receipt" in json.loads(r) for r in after)
+    assert not (tmp_path / ".receipts.jsonl.resume").exists()

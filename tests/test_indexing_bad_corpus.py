@@ -3,7 +3,7 @@ leaves nothing in ``--out`` nor beside it.
 
 Each case is a data file under fixtures/cases/bad_input/corpus/: the corpus's files (text, or
 base64 bytes), the schema it is indexed under, and what cannot be kept as a file — a 50 MB
-document, a symlink loop — as a recipe run here.
+document, a symlink loop, a directory where a file belongs — as a recipe run here.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ def make_corpus(case: dict[str, Any], root: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         if step["kind"] == "symlink":
             path.symlink_to(step["target"])
+            continue
+        if step["kind"] == "directory":
+            (path / "part-0.jsonl").parent.mkdir(parents=True)
+            (path / "part-0.jsonl").write_text("{}\n")
             continue
         assert step["kind"] == "repeat", step
         unit = step["unit"].encode()

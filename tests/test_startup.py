@@ -345,3 +345,64 @@ def test_facts_with_statistics_of_another_shape_are_not_used(index_dir: Path, tm
     path.write_text(json.dumps({**facts, "statistics": {"rows": -1}}), encoding="utf-8")
     handle = LanceIndex.open(copy)
     assert handle.statistics() == LanceAdapter.open(copy).statistics()
+
+
+# -- `race --help` and every `race <command> --help` load no pydantic, httpx or backend ---------
+
+LIBRARIES = (*HEAVY, "pydantic", "pydantic_core", "httpx", "orjson", "xxhash", "semantic_version", "numpy")
+
+# Builds the parser in a fresh interpreter, lists its commands, then asks each for --help.
+_HELP_PROBE = """
+import contextlib, io, json, sys
+from race.__main__ import main
+argv = json.loads(sys.argv[1])
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(argv)
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps({"code": code, "help": out.getvalue(),
+                  "loaded": sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)}))
+"""
+
+
+def _help(argv: list[str]) -> dict[str, Any]:
+    probe = subprocess.run(
+        [sys.executable, "-c", _HELP_PROBE, json.dumps(argv), json.dumps(LIBRARIES)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    found: dict[str, Any] = json.loads(probe.stdout)
+    return found
+
+
+def _commands() -> list[str]:
+    import argparse
+
+    from race.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+def test_help_loads_no_library() -> None:
+    top = _help(["--help"])
+    assert top["code"] == 0 and "serve" in top["help"]
+    assert top["loaded"] == []
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_command_help_loads_no_library(command: str) -> None:
+    found = _help([command, "--help"])
+    assert found["code"] == 0 and f"race {command}" in found["help"]
+    assert found["loaded"] == []
+
+
+def test_a_usage_error_loads_no_library() -> None:
+    # A bad argument is reported before anything a command needs is imported.
+    found = _help(["run", "plan.json", "--deadline", "soon"])
+    assert found["code"] == 2
+    assert found["loaded"] == []

@@ -94,7 +94,13 @@ def decode_text(data: bytes, where: str, *, name_line: bool = False) -> str:
 def jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Every line of a JSONL file as text with its 1-based number, one line in memory at a
     time; a line over the document limit, not UTF-8 or holding a NUL byte is refused."""
-    with path.open("rb") as handle:
+    if path.is_dir():
+        raise CorpusError("is a directory, not a JSONL file", where=str(path))
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", where=str(path)) from None
+    with handle:
         for lineno, raw in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_BYTES + 2), b""), start=1):
             where = f"{path.name}:{lineno}"
             if len(raw.rstrip(b"\r\n")) > MAX_DOCUMENT_BYTES:

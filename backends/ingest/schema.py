@@ -208,7 +208,8 @@ def schema_path(corpus: Path) -> Path | None:
     names = list(SCHEMA_FILES) if corpus.is_dir() else [f"{corpus.stem}.schema.json", f"{corpus.stem}.schema.toml"]
     if not corpus.is_dir():
         names += list(SCHEMA_FILES)
-    return next((folder / n for n in names if (folder / n).is_file()), None)
+    # Not ``is_file``: a schema.json that is a folder is refused when read, never passed over.
+    return next((folder / n for n in names if (folder / n).exists()), None)
 
 
 def load_schema(corpus: Path) -> CorpusSchema:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from backends.remote.decode import UPSTREAM, Exchange, decode_exchange
 
 # The adapter imports httpx (a tenth of a second or more): imported on first use, so that the
-# server's side (``race.serve_limits``, which reads ``backends.remote.protocol``) and a command
+# server's side (``race.serving.limits``, which reads ``backends.remote.wire``) and a command
 # that builds the CLI parser do not pay for the client.
 _NAMES = {
     "RemoteAdapter": "backends.remote.adapter",

@@ -7,7 +7,7 @@ import argparse
 import math
 import os
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rsc import InputError
 
@@ -17,6 +17,14 @@ INDEX_ENV = "RACE_INDEX"
 BUNDLED = "bundled"
 """The index name that asks for the bundled demo corpus (indexed on first use)."""
 INDEX_HELP = "index directory, or `bundled` for the demo corpus (default: $RACE_INDEX; one of them is needed)"
+
+
+def canonical_pretty(value: Any) -> str:
+    """``rsc.canonical_pretty``, imported when a command prints (it needs pydantic, which
+    building the parser and ``race --help`` do not)."""
+    from rsc.canonical import canonical_pretty as pretty
+
+    return pretty(value)
 
 
 class CommandParser(argparse.ArgumentParser):

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from race.cli.arguments import INDEX_HELP
-from rsc import InputError, canonical_pretty
+from race.cli.arguments import INDEX_HELP, canonical_pretty
+from rsc import InputError
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rsc import InputError, canonical_pretty
+from race.cli.arguments import canonical_pretty
+from rsc import InputError
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

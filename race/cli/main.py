@@ -9,13 +9,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from race.cli.arguments import INDEX_HELP, CommandParser, index_named, open_engine, seconds
+from race.cli.arguments import INDEX_HELP, CommandParser, canonical_pretty, index_named, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
 from race.cli.serve import add_serve_command
 from race.indexing.attach import add_milvus_command
 from race.version import __version__
-from rsc import InputError, RaceError, ReplayError, canonical_pretty, most_specific
+from rsc import InputError, RaceError, ReplayError, most_specific
 
 if TYPE_CHECKING:
     from planner import LogicalPlan

@@ -2,7 +2,8 @@
 resuming from what a file already holds, and the batch's summary and exit status.
 
 Resuming keeps every receipt whose line and source still match the plans file and runs the
-rest again; the receipts it keeps count toward the exit status as the new ones do.
+rest again, appending their records, then puts the file back in plans-file order; the receipts
+it keeps count toward the exit status as the new ones do.
 """
 
 from __future__ import annotations
@@ -105,6 +106,23 @@ def resume(out: Path, plans: Sequence[PlanLine]) -> dict[int, tuple[str, ...]]:
     return done
 
 
+def put_in_order(out: Path) -> bool:
+    """Rewrite ``out`` with its records in plans-file order when a resumed batch appended the
+    plans it ran again after later lines it kept; atomically (a temporary file, then a rename),
+    so a crash leaves either order, never a part. Whether the file was rewritten."""
+    records = out.read_bytes().split(b"\n")
+    keyed = [(int(orjson.loads(raw)["line"]), raw + b"\n") for raw in records[:-1]]
+    ordered = sorted(keyed, key=lambda pair: pair[0])
+    if ordered == keyed:
+        return False
+    temporary = out.with_name(f".{out.name}.resume")
+    temporary.unlink(missing_ok=True)
+    with RecordWriter(temporary) as writer:
+        writer.write(b"".join(raw for _, raw in ordered))
+    os.replace(temporary, out)
+    return True
+
+
 @dataclass
 class BatchSummary:
     plans: int = 0
@@ -194,6 +212,9 @@ def run_batch_file(
                     return await run_line(engine, todo[index], plans=str(plans))
 
                 anyio.run(lambda: run_outcomes(run, len(todo), concurrency=concurrency, emit=lambda _, r: emit(r)))
+        # Plans run again (errors, changed or torn lines) were appended after the receipts kept.
+        if done and todo and todo[0].line < max(done):
+            put_in_order(out)
     finally:
         if joined:
             shutdown()

@@ -7,6 +7,7 @@ succeeded: bad input leaves nothing half-written.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from backends import LOCAL_ADAPTERS, Adapter, load_corpus
 from backends.ingest.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
-from rsc import Contract, IndexMissingError, InputError, fingerprint
+from rsc import Contract, IndexMissingError, InputError, StorageError, fingerprint
 
 if TYPE_CHECKING:
     from backends.ingest.corpus import Corpus
@@ -61,8 +62,10 @@ def build_index(
             else:
                 generations[name] = adapter.build(corpus, staging, _progress(report, name))
         finish_staging(staging, out, corpus, generations, skipped)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if (disk := disk_error(exc, out, staging, "build the index")) is not None:
+            raise disk from exc
         raise
     return generations
 
@@ -103,10 +106,57 @@ def start_staging(out: Path, *, copy: bool = False) -> Path:
     staging = out.with_name(f".{out.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     if copy:
-        shutil.copytree(out, staging, symlinks=True)
+        try:
+            shutil.copytree(out, staging, symlinks=True, copy_function=_copy_file)
+        except (OSError, shutil.Error, _CopyFailed) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise disk_error(exc, out, staging, "copy the index to update it") or exc from None
     else:
         staging.mkdir()
     return staging
+
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+"""What the disk answers when it cannot take a write: full, over quota, read-only, failing, too large."""
+
+
+class _CopyFailed(Exception):
+    """A file the index copy could not write: raised out of ``copytree`` at once (an ``OSError``
+    would be collected, and the copy go on to fail on every remaining file of a full disk)."""
+
+    def __init__(self, error: OSError, target: str) -> None:
+        super().__init__(str(error))
+        self.error, self.target = error, target
+
+
+def _copy_file(src: str, dst: str) -> object:
+    try:
+        return shutil.copy2(src, dst)
+    except OSError as exc:
+        raise _CopyFailed(exc, dst) from exc
+
+
+def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> StorageError | None:
+    """``exc`` as one short ``StorageError`` line naming the index, the cause and the file when
+    the disk refused a write (the partial index in ``staging`` is already removed); else ``None``."""
+    error: BaseException = exc
+    target = ""
+    if isinstance(exc, _CopyFailed):
+        error, target = exc.error, exc.target
+    elif isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        # copytree's list of (source, target, reason) for every file it failed on: the first says why.
+        reason = str(exc.args[0][0][2])
+        return StorageError(
+            f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial index {staging}",
+            where=str(out),
+        )
+    if not isinstance(error, OSError) or (error.errno not in DISK_ERRNOS and not isinstance(exc, _CopyFailed)):
+        return None
+    cause = error.strerror or type(error).__name__
+    code = errno.errorcode.get(error.errno or 0, str(error.errno))
+    where = str(Path(target).relative_to(staging)) if target and Path(target).is_relative_to(staging) else ""
+    at = f" writing {where}" if where else ""
+    return StorageError(f"cannot {doing}: {cause} ({code}){at}; removed the partial index {staging}", where=str(out))
 
 
 def _pid_alive(pid: int) -> bool:

@@ -11,7 +11,9 @@ result is a new generation, and the index it gives equals a whole build of the c
 every piece of evidence (custody generations aside).
 
 The update runs on a copy of the index beside it (``.NAME.building-PID``), moved in place only
-when every backend succeeded, as a build is. An index the update cannot extend (none yet, one
+when every backend succeeded, as a build is; a disk that cannot take the copy is one line
+naming the index and the cause, the partial copy removed. An index a killed build had moved
+aside (``.NAME.previous-PID``) is put back first, then updated. An index the update cannot extend (none yet, one
 built before document fingerprints, another corpus schema, another embedding model, vectors
 now present or absent) is built whole, with a notice saying why.
 """
@@ -32,6 +34,8 @@ from race.indexing.indexing import (
     Report,
     _progress,
     build_index,
+    clear_dead_builds,
+    disk_error,
     document_digests,
     finish_staging,
     load_for_index,
@@ -75,6 +79,11 @@ def update_index(
     notice: Callable[[str], None] | None = None,
 ) -> UpdateSummary:
     corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
+    # A killed build may have moved the index aside (``.NAME.previous-PID``): put it back
+    # first, so that it is updated rather than built again whole.
+    for path in clear_dead_builds(out):
+        if ".previous-" in path.name and notice is not None:
+            notice(f"put back the index a killed build had moved aside ({path.name})")
     reason = _cannot_update(out, corpus, skipped, embedder)
     if reason is not None:
         if notice is not None:
@@ -107,8 +116,10 @@ def update_index(
             generations["lancedb"], texts = _update_lance(corpus, staging, report, embedder, stale, fresh)
         generations["graph"] = _update_graph(corpus, staging, stale, fresh)
         finish_staging(staging, out, corpus, generations, skipped)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if (disk := disk_error(exc, out, staging, "update the index")) is not None:
+            raise disk from exc
         raise
     wanted = frozenset(fresh)
     return UpdateSummary(

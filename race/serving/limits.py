@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from backends.remote.protocol import ERROR_STATUS, GENERATION_HEADER, MAX_BODY_BYTES, PROTOCOL_HEADER, PROTOCOL_VERSION
-from backends.remote.protocol import error_body as error_body
+from backends.remote.wire import ERROR_STATUS, GENERATION_HEADER, MAX_BODY_BYTES, PROTOCOL_HEADER, PROTOCOL_VERSION
+from backends.remote.wire import error_body as error_body
 from rsc import InputError
 
 SERVER_NAME: Final = "race-serve/1"
