@@ -48,33 +48,46 @@ _OPENS = "\"'(“‘"
 
 
 class HandleCheck(Record):
+    """One handle an answer cites, resolved through the packet and read again."""
+
     handle: int
     """The number the answer cited."""
     status: HandleStatus
+    """``valid``, ``changed``, ``missing`` or ``unknown_handle`` (a number the packet never gave)."""
     evidence: str | None = None
     """The evidence item the handle resolves to (none for an unknown handle)."""
     source_path: str | None = None
+    """The cited file, relative to the corpus root."""
     line_start: int | None = None
+    """The first cited line, from 1."""
     line_end: int | None = None
+    """The last cited line (inclusive)."""
     source_hash: Literal["same", "differs", "missing"] | None = None
     """Whether the whole file is byte-identical to the one indexed (none for an unknown handle)."""
     sentences: tuple[int, ...]
     """The answer's sentences (numbered from 1) that cite this handle."""
     detail: str = ""
+    """Why the citation does not hold, or which handles the packet gave."""
 
 
 class Sentence(Record):
+    """One sentence of the answer."""
+
     number: int
     """The sentence's place in the answer, from 1."""
     line: int
     """The answer's line (from 1) the sentence starts on."""
     text: str
+    """The sentence as written, its citations included."""
     handles: tuple[int, ...]
     """The handles it cites, in the order it cites them."""
 
 
 class CiteReport(Record):
+    """An answer's citations checked against its packet (``race.cite/1``): what ``race cite --json`` prints."""
+
     schema_version: str = CITE_SCHEMA_VERSION
+    """``race.cite/1``."""
     packet: str
     """The fingerprint of the packet the handles were resolved through."""
     counts: dict[str, int]

@@ -20,32 +20,51 @@ Role = Literal["support", "refutes", "conflicts", "stale"]
 
 
 class Citation(Record):
+    """Where a passage's text is: the custody of the evidence item's first hit."""
+
     source_path: str
+    """The cited file, relative to the corpus root (``docs.jsonl#ID`` for a JSONL document)."""
     line_start: int
+    """The first cited line, from 1."""
     line_end: int
+    """The last cited line (inclusive)."""
     char_start: int | None = None
+    """The hit's first character in the file, where the custody records it."""
     char_end: int | None = None
+    """The character after the hit's last, where the custody records it."""
     source_hash: str
+    """The sha256 of the whole file when it was indexed."""
     chunk_id: str
+    """The indexed chunk the hit read."""
     contracts: tuple[str, ...]
+    """The contracts (``rsc_id@version``) under which the item's hits were read."""
 
 
 class Passage(Record):
+    """One quoted evidence item, with what placed it and what qualifies it."""
+
     id: str
+    """The passage's id in this packet, ``P`` and its handle."""
     handle: int = Field(ge=1)
     """This passage's request-local citation handle: its place in the packet, 1 to n; the text
     shows it as ``[n]``. It names this passage in this packet only: no id, no receipt, cache or
     fingerprint holds it."""
     evidence: str
+    """The receipt's evidence item the passage quotes (its key)."""
     rank: int
+    """The item's rank in the receipt."""
     role: Role
+    """How it bears on the question: ``support``, ``refutes``, ``conflicts`` or ``stale``."""
     status: EvidenceStatus
+    """The item's evidence status in the receipt."""
     origin: str
+    """The item's origin component: documents joined by ``derived_from`` edges are one origin."""
     placed_by: tuple[str, ...]
     """The obligations and operators whose fusion placed this item."""
     gaps: tuple[str, ...]
     """Ids of the packet's gaps that qualify this passage."""
     citation: Citation
+    """Where the text is."""
     text: str
     """The cited lines of the source file, byte for byte (their line endings included)."""
 
@@ -62,48 +81,78 @@ class Handle(Record):
     source_path: str
     """The cited file, relative to the corpus root (``docs.jsonl#ID`` for a JSONL document)."""
     line_start: int
+    """The first cited line, from 1."""
     line_end: int
+    """The last cited line (inclusive)."""
     source_hash: str
     """The sha256 of the whole file when it was indexed."""
     chunk_id: str
+    """The indexed chunk the hit read."""
     quoted_sha256: str
     """The sha256 of the cited lines as the packet read them (line endings included): what
     ``race cite`` compares the lines with when it reads them again."""
 
 
 class PacketGap(Record):
+    """One gap of the receipt (of the receipt, an obligation or an operator), stated once."""
+
     id: str
+    """The gap's id in this packet, ``G`` and a number."""
     kind: str
+    """The gap kind (``GapKind``)."""
     node: str
+    """The obligation or operator it is on."""
     backend: str | None = None
+    """The backend it concerns, if one."""
     severity: str
+    """Its severity in the receipt."""
     detail: str
+    """What the receipt says of it."""
 
 
 class Omission(Record):
+    """An evidence item of the receipt that the packet does not quote."""
+
     evidence: str
+    """The item's key."""
     rank: int
+    """The item's rank in the receipt."""
     reason: Literal["budget", "citation_broken"]
+    """``budget``: it did not fit; ``citation_broken``: its citation no longer holds."""
     detail: str = ""
+    """For a broken citation, what ``race verify`` judged it (``moved``, ``changed``, ``missing``)."""
 
 
 class Packet(Record):
+    """A context packet (``race.packet/1``): what ``race context --json`` prints."""
+
     schema_version: str = PACKET_SCHEMA_VERSION
+    """``race.packet/1``."""
     receipt: str
     """The receipt's evidence fingerprint (its plan fingerprint where it has none)."""
     max_chars: int
+    """The character budget of the text."""
     max_tokens: int | None = None
+    """The token budget of the text, if one."""
     tokenizer: str
+    """The tokenizer the tokens are counted with (``chars/4`` for the estimate)."""
     tokens_approximate: bool
+    """Whether the token count is the estimate of one token per four characters."""
     chars: int
+    """The characters of the text."""
     tokens: int
+    """The tokens of the text."""
     gaps: tuple[PacketGap, ...]
+    """Every gap of the receipt, with its id."""
     passages: tuple[Passage, ...]
+    """The quoted passages, in the packet's order."""
     handles: tuple[Handle, ...]
     """The citation handles this packet gives, 1 to n in passage order, each with what it
     resolves to. They hold for this packet only (``race cite`` checks an answer's against them)."""
     omitted: tuple[Omission, ...]
+    """The evidence items not quoted, by rank."""
     text: str
+    """The packet as a reader gets it (what ``race context`` prints), within the budgets."""
     fingerprint: str
     """``sha256:`` of the packet's canonical JSON without its handles, its text and this field:
     it names the passages in their order, hence what each handle resolves to. ``race cite
