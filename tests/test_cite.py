@@ -3,6 +3,7 @@ resolves the numbers an answer uses through that packet and the corpus as it is 
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -82,7 +83,11 @@ def test_the_same_inputs_give_the_same_packet_bytes(
 
 
 def test_valid_changed_and_unknown_handles_are_each_reported(
-    showcase: Receipt, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    showcase: Receipt,
+    corpus: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     packet = Engine.context(showcase, corpus, max_chars=4000)
     assert len(packet.handles) >= 3
@@ -119,9 +124,9 @@ def test_valid_changed_and_unknown_handles_are_each_reported(
     text = capsys.readouterr().out
     assert f"[2] changed        {second.source_path} lines {second.line_start}-{second.line_end}" in text
     assert f"[{unknown}] unknown_handle" in text and "uncited  line 3, sentence 5: Upgrade soon." in text
-    # Only valid handles: exit 0.
-    written.write_text("TLS alone is enough [1]. Memory ran out [3].\n")
-    assert main(args) == 0
+    # Only valid handles: exit 0; the answer may come on standard input.
+    monkeypatch.setattr("sys.stdin", io.StringIO("TLS alone is enough [1]. Memory ran out [3].\n"))
+    assert main([*args[:2], "-", *args[3:]]) == 0
     assert "2 handles cited: 2 valid, 0 changed, 0 missing, 0 unknown_handle" in capsys.readouterr().out
 
 
