@@ -179,12 +179,17 @@ def test_bad_input_is_one_line_and_exit_2(
     data = json.loads(saved.read_text())
     data["passages"][0]["evidence"] = data["handles"][0]["evidence"] = "chunk:another#0"
     edited.write_text(json.dumps(data))
+    rehashed = tmp_path / "rehashed.json"
+    data = json.loads(saved.read_text())
+    data["handles"][0]["quoted_sha256"] = "sha256:" + "0" * 64
+    rehashed.write_text(json.dumps(data))
     cases = {
         str(tmp_path / "absent.json"): "absent.json: cannot read",
         str(receipt): "receipt.json: not a context packet (race.packet/1",
         str(broken): "broken.json: malformed JSON",
         str(tampered): "tampered.json: handles: the packet's handles are not its passages numbered 1 to n",
         str(edited): "edited.json: fingerprint: the packet's content does not match its fingerprint",
+        str(rehashed): "rehashed.json: fingerprint: the packet's content does not match its fingerprint",
     }
     for path, message in cases.items():
         assert main(["cite", path, str(answer)]) == 2

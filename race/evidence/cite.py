@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from race.evidence.packet_text import PACKET_SCHEMA_VERSION, Handle, Packet, packet_fingerprint
+from race.evidence.packet_text import PACKET_SCHEMA_VERSION, Handle, Packet, Passage, packet_fingerprint
 from race.evidence.verify import SourceFile
 from rsc import InputError, Record, first_validation_error
 from rsc.canonical import read_json
@@ -183,10 +183,23 @@ def load_answer(path: Path) -> str:
 def check_packet(packet: Packet, *, where: str = "packet", fingerprint: str | None = None) -> None:
     """Refuse a packet whose handle table or fingerprint does not match its passages, or whose
     fingerprint is not the one the caller used (``fingerprint``)."""
+
+    def resolves(p: Passage, h: Handle) -> bool:
+        c = p.citation
+        return (p.handle, p.id, p.evidence, c.source_path, c.line_start, c.line_end, c.source_hash, c.chunk_id) == (
+            h.handle,
+            h.passage,
+            h.evidence,
+            h.source_path,
+            h.line_start,
+            h.line_end,
+            h.source_hash,
+            h.chunk_id,
+        )
+
     numbers = [h.handle for h in packet.handles]
-    if numbers != list(range(1, len(packet.passages) + 1)) or any(
-        p.handle != h.handle or p.id != h.passage or p.evidence != h.evidence
-        for p, h in zip(packet.passages, packet.handles, strict=True)
+    if numbers != list(range(1, len(packet.passages) + 1)) or not all(
+        resolves(p, h) for p, h in zip(packet.passages, packet.handles, strict=True)
     ):
         raise InputError("the packet's handles are not its passages numbered 1 to n", where=f"{where}: handles")
     if packet_fingerprint(packet) != packet.fingerprint:

@@ -154,8 +154,8 @@ class Packet(Record):
     text: str
     """The packet as a reader gets it (what ``race context`` prints), within the budgets."""
     fingerprint: str
-    """``sha256:`` of the packet's canonical JSON without its handles, its text and this field:
-    it names the passages in their order, hence what each handle resolves to. ``race cite
+    """``sha256:`` of the packet's canonical JSON without the handle numbers, the text and this
+    field: it names the passages in their order, hence what each handle resolves to. ``race cite
     --packet-fingerprint`` refuses a packet whose fingerprint differs."""
 
 
@@ -179,10 +179,11 @@ def handles_of(passages: Sequence[Passage], quoted: Mapping[str, str]) -> tuple[
 
 
 def packet_fingerprint(packet: Packet) -> str:
-    """The packet's fingerprint (``Packet.fingerprint``): its handles are left out, since a
-    passage's place in the passages is its handle."""
+    """The packet's fingerprint (``Packet.fingerprint``): the handle numbers are left out (a
+    passage's place in the passages is its handle), and the text, which renders the rest."""
+    numbers = {"__all__": {"handle"}}
     data = packet.model_dump(
-        mode="json", exclude={"handles": True, "text": True, "fingerprint": True, "passages": {"__all__": {"handle"}}}
+        mode="json", exclude={"handles": numbers, "passages": numbers, "text": True, "fingerprint": True}
     )
     return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
 
