@@ -16,6 +16,7 @@ import anyio
 from backends import Adapter
 from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
 from race.evaluation.batch import PlanFailure, run_many
+from race.evidence.tools import EvidenceTools
 from race.facts import SETUP_TIMEOUT_S, BackendFacts
 from race.indexing.bundled import ensure_bundled_index
 from race.indexing.indexing import absent_contracts, check_plan_filters
@@ -57,7 +58,7 @@ def _one_error(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R
     return call
 
 
-class Engine(BackendFacts):
+class Engine(BackendFacts, EvidenceTools):
     """Plans and runs logical plans over the backends of one index directory."""
 
     absent: tuple[tuple[Contract, str], ...] = ()
@@ -73,8 +74,7 @@ class Engine(BackendFacts):
         early_stop: bool = True,
     ) -> None:
         super().__init__(adapters, extra_contracts=extra_contracts, statistics=statistics)
-        # Whether a union admissible for early stop (I9) may stop early; when off it is evaluated
-        # in full, which gives the same top k (the benchmark and tests compare the two).
+        # Early stop (I9) where a union admits it; off, it is evaluated in full (the same top k).
         self.early_stop = early_stop
         self._warmed_plans: set[str] = set()
         self.plan_cache: PlanCache[Explain] = PlanCache()

@@ -15,7 +15,7 @@ from race.evidence.described import JSON_SCHEMA_DIALECT as JSON_SCHEMA_DIALECT
 from race.evidence.described import attribute_docs as attribute_docs
 from race.evidence.described import document_schema
 
-DOCUMENTS = ("plan", "rsc", "receipt", "explain", "catalog")
+DOCUMENTS = ("plan", "rsc", "receipt", "explain", "catalog", "packet", "cite")
 
 
 def schema_text(document: str) -> str:

@@ -1,4 +1,4 @@
-"""The evidence-quality commands of ``race``: ``verify``, ``context`` and ``eval``.
+"""The evidence-quality commands of ``race``: ``verify``, ``context``, ``cite`` and ``eval``.
 
 They read a receipt (or a query set) and the corpus it cites; ``race.cli.main`` registers them
 with ``add_evidence_commands``."""
@@ -52,6 +52,21 @@ def cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cite(args: argparse.Namespace) -> int:
+    from race.evidence.cite import cite_answer, cite_text, load_answer, load_packet
+    from race.evidence.verify import EXIT_CITATION_BROKEN
+    from race.indexing.bundled import BUNDLED_CORPUS
+
+    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
+    if not corpus.exists():
+        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
+    packet = load_packet(Path(args.packet))
+    answer = sys.stdin.read() if args.answer == "-" else load_answer(Path(args.answer))
+    report = cite_answer(packet, answer, corpus, packet_fingerprint=args.packet_fingerprint, where=args.packet)
+    sys.stdout.write(canonical_pretty(report) + "\n" if args.json else cite_text(report))
+    return 0 if report.holds else EXIT_CITATION_BROKEN
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import anyio
 
@@ -96,7 +111,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def add_evidence_commands(sub: Any) -> None:
-    """Add the ``verify``, ``context`` and ``eval`` subcommands to ``race``'s subparsers."""
+    """Add the ``verify``, ``context``, ``cite`` and ``eval`` subcommands to ``race``'s subparsers."""
     p = sub.add_parser("verify", help="check that every citation of a receipt still holds (exit 3 if one does not)")
     p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
     p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
@@ -111,6 +126,14 @@ def add_evidence_commands(sub: Any) -> None:
     p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
     p.add_argument("--json", action="store_true", help="the packet as canonical JSON (passages, gaps, text)")
     p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("cite", help="check the [n] handles an answer cites against its packet (exit 3 if one fails)")
+    p.add_argument("packet", help="the context packet JSON the answer was written from (`race context --json`)")
+    p.add_argument("answer", help="the answer's text file, or - for standard input")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the packet cites (default: the bundled corpus)")
+    p.add_argument("--packet-fingerprint", metavar="FP", help="refuse the packet unless its fingerprint is FP")
+    p.add_argument("--json", action="store_true", help="the report as canonical JSON")
+    p.set_defaults(func=cmd_cite)
 
     p = sub.add_parser("eval", help="measure retrieval quality per strategy against graded relevance judgments")
     p.add_argument("queries", help="query set JSONL: {id, text, category?, handle?, hard_filters?} per line")

@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rsc)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a document type")
-    p.add_argument("document", choices=["plan", "rsc", "receipt", "explain", "catalog"])
+    p.add_argument("document", choices=["plan", "rsc", "receipt", "explain", "catalog", "packet", "cite"])
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("replay", help="reproduce a retained run's receipt from its artifacts only (no network)")

@@ -23,6 +23,8 @@ def document_schema(document: str) -> dict[str, Any]:
     from pydantic import BaseModel
 
     from planner import EXPLAIN_SCHEMA_VERSION, PLAN_SCHEMA_VERSION, Explain, LogicalPlan
+    from race.evidence.cite import CITE_SCHEMA_VERSION, CiteReport
+    from race.evidence.packet_text import PACKET_SCHEMA_VERSION, Packet
     from race.indexing.catalog import CATALOG_SCHEMA_VERSION, Catalog
     from race.receipt import RECEIPT_SCHEMA_VERSION, Receipt
     from rsc import RSC_SCHEMA_VERSION, Contract
@@ -33,6 +35,8 @@ def document_schema(document: str) -> dict[str, Any]:
         "receipt": (Receipt, RECEIPT_SCHEMA_VERSION),
         "explain": (Explain, EXPLAIN_SCHEMA_VERSION),
         "catalog": (Catalog, CATALOG_SCHEMA_VERSION),
+        "packet": (Packet, PACKET_SCHEMA_VERSION),
+        "cite": (CiteReport, CITE_SCHEMA_VERSION),
     }
     model, version = models[document]
     schema = model.model_json_schema(schema_generator=_described())

@@ -37,12 +37,15 @@ from pathlib import Path
 from race.evidence.packet_text import (
     PACKET_SCHEMA_VERSION,
     Citation,
+    Handle,
     Omission,
     Packet,
     PacketGap,
     Passage,
     Role,
+    handles_of,
     head_lines,
+    packet_fingerprint,
     packet_gaps,
     passage_lines,
     tail_lines,
@@ -61,6 +64,7 @@ _ROLE: dict[EvidenceStatus, Role] = {
 __all__ = [
     "PACKET_SCHEMA_VERSION",
     "Citation",
+    "Handle",
     "Omission",
     "Packet",
     "PacketGap",
@@ -228,6 +232,7 @@ def build_packet(
         hit = c.item.hits[0].custody
         return Passage(
             id=f"P{n}",
+            handle=n,
             evidence=c.item.key,
             rank=c.item.rank,
             role=c.role,
@@ -278,7 +283,7 @@ def build_packet(
         if fits(trial):
             chosen.append(passage(c, len(chosen) + 1))
             text = trial
-    return Packet(
+    packet = Packet(
         receipt=fingerprint,
         max_chars=max_chars,
         max_tokens=max_tokens,
@@ -288,6 +293,9 @@ def build_packet(
         tokens=counter.count(text),
         gaps=gaps,
         passages=tuple(chosen),
+        handles=handles_of(chosen, quoted),
         omitted=tuple(omitted(chosen)),
         text=text,
+        fingerprint="",
     )
+    return packet.model_copy(update={"fingerprint": packet_fingerprint(packet)})

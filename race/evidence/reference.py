@@ -1,4 +1,4 @@
-"""The reference documents under docs/reference/ (plan, RSC, receipt, explain), generated from
+"""The reference documents under docs/reference/ (plan, RSC, receipt, explain, packet, cite), generated from
 the published JSON Schemas (``race.schemas``: every property described by its attribute
 docstring) and the vocabulary's member docstrings (what each gap kind, status and coverage
 means, and when it occurs). ``python -m race.schemas --docs docs`` writes them;
@@ -41,6 +41,17 @@ REFERENCES: dict[str, tuple[str, str]] = {
         "An explain (`race.explain/1`) is what `race plan --json` prints: the memo of every alternative "
         "weighed for each logical node, with its cost and the reasons it was rejected, the chosen physical "
         "plan and the fingerprints it was made from. Its bytes are deterministic.",
+    ),
+    "packet": (
+        "Packet reference",
+        "A context packet (`race.packet/1`) is what `race context --json` prints: a receipt's evidence "
+        "quoted from the source files within a budget, every gap stated, and each passage numbered 1 to n "
+        "by a handle that holds for this packet only. The same receipt, corpus and budget give the same bytes.",
+    ),
+    "cite": (
+        "Cite reference",
+        "A cite report (`race.cite/1`) is what `race cite --json` prints: each handle an answer cites, "
+        "resolved through its packet and read again from the corpus, and the sentences that cite nothing.",
     ),
 }
 
