@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.models.embedding import MiniLMEmbedder, QueryVectors, default_model_dir
+from backends.models.embedding import MiniLMEmbedder, default_model_dir
+from backends.models.queries import QueryVectors
 from race.indexing.bundled import BUNDLED_CORPUS
 
 HERE = Path(__file__).parent

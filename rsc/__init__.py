@@ -58,6 +58,7 @@ from rsc.errors import (
 from rsc.records import (
     BackendStatistics,
     Custody,
+    EmbedderIdentity,
     ExpectedRecall,
     Filter,
     Gap,
@@ -125,6 +126,7 @@ __all__ = [
     "DanglingReference",
     "EarlyStopSpec",
     "Egress",
+    "EmbedderIdentity",
     "EvidenceStatus",
     "ExpectedRecall",
     "Filter",

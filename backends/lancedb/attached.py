@@ -40,7 +40,9 @@ from backends.mapping import (
     mapped_hits,
     metadata_columns,
 )
-from backends.models.embedding import Embedder, QueryVectors
+from backends.models.embedding import Embedder
+from backends.models.folder import CallerVectorsOnly
+from backends.models.queries import QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -156,7 +158,9 @@ class AttachedLanceAdapter(AttachedAdapter):
                 where=where,
             )
         self._embedder, self._queries = embedder, QueryVectors(embedder)
-        if check_vectors:
+        # A model RACE cannot run is known by its identity alone: nothing to embed the check with.
+        self._caller_vectors_only = isinstance(embedder, CallerVectorsOnly)
+        if check_vectors and not self._caller_vectors_only:
             self._check_vectors(handle, where)
         typed = {c: column_type(t) for c, t in columns.items() if c != self._vector}
         chosen = metadata_columns(mapping, sorted(c for c, t in typed.items() if t is not None))
@@ -206,6 +210,12 @@ class AttachedLanceAdapter(AttachedAdapter):
             ops = ["eq", "in", "range"] if kind in _ORDERED else ["eq", "in"]
             filters[column] = {"support": "native_prefilter_exact", "ops": ops}
         unindexed = [c for c in self._meta if c not in self._indexed]
+        vectors = (
+            f" Query vectors come from the caller alone: RACE does not run {self._embedder.identity.describe()}, so a "
+            "query without a 'vector' of that embedder is refused (no model calls)."
+            if self._caller_vectors_only
+            else ""
+        )
         data = template.model_dump(mode="json")
         data.update(
             rsc_id=f"{self.backend}.lancedb.flat_prefilter",
@@ -215,10 +225,11 @@ class AttachedLanceAdapter(AttachedAdapter):
                 f"Exact cosine top-k over LanceDB table {self._table_name!r} (column {self._vector!r}); any vector "
                 "index is bypassed and every row that passes the filter is compared. Filters apply before the top-k: "
                 f"through a scalar index on {list(self._indexed) or 'no column'}, by scanning every row on "
-                f"{unindexed or 'no column'} (exact either way)."
+                f"{unindexed or 'no column'} (exact either way).{vectors}"
             ),
             filters=dict(sorted(filters.items())),
             score_calibration=None,
+            **({"model_calls": 0} if self._caller_vectors_only else {}),
             early_stop={"sorted_access": True, "random_access": False},
             provenance_fields=[f for f in template.provenance_fields if f not in self._absent],
             source_domain=f"LanceDB table {self._table_name!r} at {self._uri}, attached (not built by RACE)",
@@ -330,12 +341,9 @@ class AttachedLanceAdapter(AttachedAdapter):
     def _scan(self, request: ScanRequest) -> ScanResult:
         if request.mode != MODE:
             raise BackendUnavailable(f"{self.backend} has no mode {request.mode!r}", where=request.rsc_id)
-        text = (request.query.text or "").strip()
-        if not text:
-            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         table, generation = self._latest()
         where = self._sql(request.pushed)
-        vector, embedded = self._queries.vector(text)
+        vector, embedded = self._queries.for_query(request.query, self._embedder.identity, where=request.rsc_id)
         # Read past k so that ties at the cut are broken by id, not by storage order.
         depth = 2 * request.k + 8
         builder = table.search(np.ascontiguousarray(vector, dtype=np.float32), vector_column_name=self._vector)

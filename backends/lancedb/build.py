@@ -36,7 +36,8 @@ from backends.lancedb.query import (
     VECTOR_INDEX,
 )
 from backends.models.embed_batch import Parallel, embed_distinct, text_key
-from backends.models.embedding import Embedder, MiniLMEmbedder, token_counter
+from backends.models.embedding import Embedder
+from backends.models.folder import embedder_token_counter, source_of
 
 _COLUMN_TYPES: Final = {
     FieldType.KEYWORD: pa.string(),
@@ -145,7 +146,7 @@ def chunk_rows(
 def _truncation(chunks: Sequence[Chunk], embedder: Embedder) -> tuple[dict[str, dict[str, int]], int | None]:
     """Tokens of each chunk the model does not read (doc id -> chunk id -> tokens), counted
     with the model's own tokenizer; unknown (empty, ``None``) for another embedder."""
-    counter = token_counter() if isinstance(embedder, MiniLMEmbedder) else None
+    counter = embedder_token_counter(embedder)
     if counter is None:
         return {}, None
     out: dict[str, dict[str, int]] = {}
@@ -274,4 +275,8 @@ def finish_table(table: Any, corpus: Corpus, path: Path, embedder: Embedder, *, 
             "trained_rows": len(chunks),
         },
     }
+    source = source_of(embedder)
+    if source is not None:
+        # What opens the embedder again; MiniLM's manifests (and their digests) stay as they were.
+        manifest["embedder_source"] = source
     (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")

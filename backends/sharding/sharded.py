@@ -44,7 +44,7 @@ import anyio
 
 from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
 from backends.ingest.corpus import Corpus
-from backends.models.embedding import QueryVectors
+from backends.models.queries import QueryVectors
 from backends.sharding.scan import SHARD_SHARE, Shard, scatter
 from rsc import (
     BackendStatistics,

@@ -32,6 +32,7 @@ from race.indexing.indexing import (
     Report,
     _progress,
     build_index,
+    corpus_embedder,
     document_digests,
     finish_staging,
     load_for_index,
@@ -74,6 +75,7 @@ def update_index(
     vectors: bool = True,
     notice: Callable[[str], None] | None = None,
 ) -> UpdateSummary:
+    embedder = corpus_embedder(corpus_path, embedder)
     corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
     reason = _cannot_update(out, corpus, skipped, embedder)
     if reason is not None:
