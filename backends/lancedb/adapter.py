@@ -40,7 +40,7 @@ from backends.base import (
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.ingest.corpus import Corpus
 from backends.ingest.schema import FieldType
-from backends.lancedb.build import build_table
+from backends.lancedb.build import build_table, with_embedder
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
 from backends.lancedb.manifest import read_lance_manifest, write_facts
@@ -121,7 +121,7 @@ class LanceAdapter(LanceSnapshots):
         embedder = embedder or MiniLMEmbedder()
         path = index_dir / cls.backend
         schema = build_table(corpus, path, progress, embedder)
-        write_contracts(path, generate_contracts(cls.contracts(), schema))
+        write_contracts(path, with_embedder(generate_contracts(cls.contracts(), schema), embedder.identity))
         adapter = cls.open(index_dir, embedder=embedder)
         adapter.statistics()  # kept with the row counts: an engine then plans without opening the table
         return adapter.generation()

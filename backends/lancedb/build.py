@@ -38,6 +38,7 @@ from backends.lancedb.query import (
 from backends.models.embed_batch import Parallel, embed_distinct, text_key
 from backends.models.embedding import Embedder
 from backends.models.folder import embedder_token_counter, source_of
+from rsc import Contract, EmbedderIdentity, fingerprint
 
 _COLUMN_TYPES: Final = {
     FieldType.KEYWORD: pa.string(),
@@ -240,6 +241,19 @@ def _vectors_by_text(table: Any) -> dict[str, npt.NDArray[np.float32]]:
     for n, parts in enumerate(zip(titles, sections, texts, strict=True)):
         out.setdefault(text_key("\n".join(p for p in parts if p)), matrix[n])
     return out
+
+
+def with_embedder(contracts: Sequence[Contract], identity: EmbedderIdentity) -> tuple[Contract, ...]:
+    """The contracts of a table whose vectors come from ``identity``: cosine similarities of one
+    model are comparable across its tables, never with another model's, so the score
+    calibration names a folder model's identity (MiniLM's contracts keep their calibration)."""
+    if identity.config_sha256 is None:
+        return tuple(contracts)
+    suffix = f"{identity.name}:{fingerprint(identity)}"
+    return tuple(
+        c.model_copy(update={"score_calibration": f"{c.score_calibration}:{suffix}"}) if c.score_calibration else c
+        for c in contracts
+    )
 
 
 def finish_table(table: Any, corpus: Corpus, path: Path, embedder: Embedder, *, embedded: int) -> None:
