@@ -94,27 +94,34 @@ def load_for_index(
 
 
 def corpus_embedder(corpus_path: Path, embedder: Embedder | None) -> Embedder | None:
-    """The embedder given, else the folder the corpus schema names (``embedder``), else ``None``
-    (the bundled MiniLM). A relative folder is read from the schema file's folder."""
-    if embedder is not None:
-        return embedder
+    """The embedder a build of ``corpus_path`` embeds with: the folder its schema names
+    (``embedder``; relative to the schema file's folder), which an embedder given must equal;
+    else the one given; else ``None`` (the bundled MiniLM)."""
     from backends.ingest.schema import load_schema, schema_path
     from backends.models.folder import FolderEmbedder
 
     declared = load_schema(corpus_path).embedder
     where = schema_path(corpus_path)
     if declared is None or where is None:
-        return None
+        return embedder
     folder = Path(declared.path).expanduser()
     try:
-        return FolderEmbedder(
+        named = FolderEmbedder(
             folder if folder.is_absolute() else where.parent / folder,
             name=declared.name,
             query_prompt=declared.query_prompt,
             document_prompt=declared.document_prompt,
         )
+        identity = named.identity if embedder is not None else None
     except InputError as exc:
         raise InputError(f"field 'embedder.path': {exc}", where=str(where)) from exc
+    if embedder is not None and identity is not None and embedder.identity != identity:
+        # An embedder given by the caller (Ray's actors run MiniLM) must be the one the schema names.
+        raise InputError(
+            f"the schema names {identity.describe()}; this build embeds with {embedder.identity.describe()}",
+            where=str(where),
+        )
+    return embedder or named
 
 
 def start_staging(out: Path, *, copy: bool = False) -> Path:
