@@ -301,8 +301,15 @@ def test_a_caller_vector_of_the_right_embedder_is_used_without_a_model_call(
     vector = [float(v) for v in tiny.embed_queries([TEXT])[0]]
     identity = tiny.identity.model_dump(mode="json")
     engine = Engine.from_catalog(two_models)
-    given = engine.run_sync(_plan(_obligation("t", "tiny.lancedb.exact_matrix", vector=vector, embedder=identity)))
+    with_vector = _plan(_obligation("t", "tiny.lancedb.exact_matrix", vector=vector, embedder=identity))
+    given = engine.run_sync(with_vector)
     embedded = engine.run_sync(_plan(_obligation("t", "tiny.lancedb.exact_matrix")))
+    from planner import render_text
+
+    assert "tiny.lancedb.exact_matrix@1.0.0 mode=vector_exact_matrix" in (
+        explained := render_text(engine.plan_sync(with_vector))
+    )
+    assert "model_calls=0" in explained and "model_calls=1" not in explained
     assert _by_id(given)["t"].model_calls == 0 and _by_id(embedded)["t"].model_calls == 1
     assert [e.key for e in given.evidence] == [e.key for e in embedded.evidence]
     assert [h.custody.score for e in given.evidence for h in e.hits] == [
