@@ -41,7 +41,7 @@ from backends.mapping import (
     metadata_columns,
 )
 from backends.models.embedding import Embedder
-from backends.models.folder import CallerVectorsOnly
+from backends.models.folder import CallerVectorsOnly, caller_vectors_only
 from backends.models.queries import QueryVectors
 from rsc import (
     BackendStatistics,
@@ -210,12 +210,6 @@ class AttachedLanceAdapter(AttachedAdapter):
             ops = ["eq", "in", "range"] if kind in _ORDERED else ["eq", "in"]
             filters[column] = {"support": "native_prefilter_exact", "ops": ops}
         unindexed = [c for c in self._meta if c not in self._indexed]
-        vectors = (
-            f" Query vectors come from the caller alone: RACE does not run {self._embedder.identity.describe()}, so a "
-            "query without a 'vector' of that embedder is refused (no model calls)."
-            if self._caller_vectors_only
-            else ""
-        )
         data = template.model_dump(mode="json")
         data.update(
             rsc_id=f"{self.backend}.lancedb.flat_prefilter",
@@ -225,11 +219,10 @@ class AttachedLanceAdapter(AttachedAdapter):
                 f"Exact cosine top-k over LanceDB table {self._table_name!r} (column {self._vector!r}); any vector "
                 "index is bypassed and every row that passes the filter is compared. Filters apply before the top-k: "
                 f"through a scalar index on {list(self._indexed) or 'no column'}, by scanning every row on "
-                f"{unindexed or 'no column'} (exact either way).{vectors}"
+                f"{unindexed or 'no column'} (exact either way)."
             ),
             filters=dict(sorted(filters.items())),
             score_calibration=None,
-            **({"model_calls": 0} if self._caller_vectors_only else {}),
             early_stop={"sorted_access": True, "random_access": False},
             provenance_fields=[f for f in template.provenance_fields if f not in self._absent],
             source_domain=f"LanceDB table {self._table_name!r} at {self._uri}, attached (not built by RACE)",
@@ -239,7 +232,7 @@ class AttachedLanceAdapter(AttachedAdapter):
                 "freshness": "as of the latest table version when the run started",
             },
         )
-        return Contract.model_validate(data)
+        return caller_vectors_only(Contract.model_validate(data), self._embedder)
 
     # -- snapshots -----------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from backends.milvus.consistency import STRONG, caveat_detail, level_of
 from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.search import measure_recall_rows, search_params, top_k
 from backends.models.embedding import Embedder
+from backends.models.folder import caller_vectors_only
 from backends.models.queries import QueryVectors
 from rsc import (
     BackendStatistics,
@@ -179,11 +180,12 @@ class AttachedMilvusAdapter(AttachedAdapter):
             measured = measure_recall_rows(
                 self.search, fields, vectors, ids, [self._metadata(r) for r in rows], key=self._mapping.id
             )
-        return attached_contract(
+        contract = attached_contract(
             name=self.backend, collection=self._collection, uri=self._uri, vector=self._vector, index=self._index,
             meta=self._meta, partition_keys=self._partition_keys, absent=self._absent,
             consistency=self._consistency, measured=measured,
         )  # fmt: skip
+        return caller_vectors_only(contract, self._embedder)
 
     @property
     def identity(self) -> str:

@@ -44,7 +44,7 @@ from backends.models.embedding import (
     token_counter,
 )
 from backends.models.encoder import FloatArray, _Bert
-from rsc import EmbedderIdentity, InputError, canonical_json
+from rsc import Contract, EmbedderIdentity, InputError, canonical_json
 
 _REQUIRED = ("config.json", "tokenizer.json", "model.safetensors")
 _TRANSFORMER = "sentence_transformers.models.Transformer"
@@ -285,3 +285,17 @@ def built_embedder(manifest: dict[str, Any]) -> Embedder:
     """The embedder an index was built with, by its manifest: the folder it names, else MiniLM."""
     source = manifest.get("embedder_source")
     return embedder_from_source(source) if isinstance(source, dict) else MiniLMEmbedder()
+
+
+def caller_vectors_only(contract: Contract, embedder: object) -> Contract:
+    """An attached index's contract as it stands, or, when its embedder is one RACE cannot run,
+    saying that query vectors come from the caller alone and that no model call is made."""
+    if not isinstance(embedder, CallerVectorsOnly):
+        return contract
+    said = (
+        f" Query vectors come from the caller alone: RACE does not run {embedder.identity.describe()}, so a "
+        "query without a 'vector' of that embedder is refused (no model calls)."
+    )
+    return Contract.model_validate(
+        {**contract.model_dump(mode="json"), "model_calls": 0, "description": contract.description + said}
+    )
