@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.models.embedding import MiniLMEmbedder, QueryVectors, default_model_dir
+from backends.models.embedding import MiniLMEmbedder, default_model_dir
+from backends.models.queries import QueryVectors
 from race.indexing.bundled import BUNDLED_CORPUS
 
 HERE = Path(__file__).parent
@@ -70,7 +71,7 @@ def forward_flops(tokens: int, config: dict[str, Any]) -> dict[str, int]:
 
 
 def _baseline(rev: str) -> ModuleType:
-    """``backends.embedding`` of ``rev``, importing ``backends.encoder`` of ``rev``."""
+    """``embedding`` of ``rev``, importing the ``encoder`` of ``rev``."""
 
     def load(name: str, source: str) -> ModuleType:
         spec = importlib.util.spec_from_loader(name, loader=None)
@@ -85,8 +86,15 @@ def _baseline(rev: str) -> ModuleType:
             ["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout
 
-    load("baseline_encoder", show("backends/encoder.py"))
-    return load("baseline_embedding", show("backends/embedding.py").replace("backends.encoder", "baseline_encoder"))
+    # The model modules moved into backends/models; a revision from before keeps them in backends/.
+    try:
+        folder, package = "backends/models", "backends.models"
+        encoder = show(f"{folder}/encoder.py")
+    except subprocess.CalledProcessError:
+        folder, package = "backends", "backends"
+        encoder = show(f"{folder}/encoder.py")
+    load("baseline_encoder", encoder)
+    return load("baseline_embedding", show(f"{folder}/embedding.py").replace(f"{package}.encoder", "baseline_encoder"))
 
 
 def _products_alone(rounds: int) -> list[float]:

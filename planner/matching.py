@@ -303,7 +303,7 @@ class Matcher:
             losses=verdict.translation.losses,
             reach=verdict.reach,
             egress=verdict.egress,
-            model_calls=contract.model_calls,
+            model_calls=0 if ob.query.vector is not None else contract.model_calls,
             early_stop=verdict.early_stop,
         )
 

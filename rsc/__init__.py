@@ -96,6 +96,7 @@ if TYPE_CHECKING:
     from rsc.records import (
         BackendStatistics,
         Custody,
+        EmbedderIdentity,
         ExpectedRecall,
         Filter,
         Gap,
@@ -119,6 +120,7 @@ _HOMES = {
     "CanonicalFloat": "rsc.canonical",
     "Contract": "rsc.contract",
     "CostHints": "rsc.contract",
+    "EmbedderIdentity": "rsc.records",
     "CoverageSpec": "rsc.contract",
     "Custody": "rsc.records",
     "EarlyStopSpec": "rsc.contract",
@@ -196,6 +198,7 @@ __all__ = [
     "DanglingReference",
     "EarlyStopSpec",
     "Egress",
+    "EmbedderIdentity",
     "EvidenceStatus",
     "ExpectedRecall",
     "Filter",

@@ -129,8 +129,8 @@ class Contract(Record):
     """The query classes the contract may serve."""
     obligation_kinds: tuple[ObligationKind, ...] = tuple(ObligationKind)
     """The obligation kinds the contract may serve."""
-    query_parts: tuple[Literal["text", "ids", "entities"], ...]
-    """Which parts of a query the backend reads (``text``, ``ids``, ``entities``)."""
+    query_parts: tuple[Literal["text", "ids", "entities", "vector"], ...]
+    """Which parts of a query the backend reads (``text``, ``ids``, ``entities``, a caller's ``vector``)."""
     ordering: Literal["score_desc", "distance_asc", "hops_asc", "key_asc"]
     """The order hits come in: by score, by distance, by hops or by key."""
     score_kind: ScoreKind

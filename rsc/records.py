@@ -8,6 +8,7 @@ adapter answers, hits with full custody and the gaps the adapter itself observed
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -105,9 +106,36 @@ class GraphPattern(Record):
     """The most nodes the traversal may visit; reaching it ends the traversal with a ``resource_limited`` gap."""
 
 
+class EmbedderIdentity(Record):
+    """What makes two embedders interchangeable: the same name, dimensions, weight bytes and, for
+    a model read from a folder, the same configuration of everything else that changes its
+    output (tokenizer, pooling, normalisation, maximum length, prefixes)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    """The model's name (``sentence-transformers/all-MiniLM-L6-v2``, or the name a folder is given)."""
+    dims: Annotated[int, Field(ge=1)]
+    """The dimensions of its vectors."""
+    weights_sha256: Annotated[str, Field(min_length=1)]
+    """``sha256:<hex>`` of its weight file."""
+    config_sha256: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """``sha256:<hex>`` of the canonical JSON of what else changes its output (architecture,
+    tokenizer file, pooling, normalisation, maximum length, prefixes); absent for the bundled
+    all-MiniLM-L6-v2, whose configuration is the package's own."""
+
+    def describe(self) -> str:
+        config = f", config {self.config_sha256}" if self.config_sha256 else ""
+        return f"{self.name} ({self.dims}-d, weights {self.weights_sha256}{config})"
+
+
 class Query(Record):
     text: str | None = None
     """The query text; data only, it never becomes a filter, boost or pin (I14)."""
+    vector: tuple[CanonicalFloat, ...] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """A query vector the caller computed (``embedder`` says with which model). A vector leg whose
+    index was built with that same embedder uses it instead of embedding ``text`` (no model
+    call); a leg of another embedder refuses it."""
+    embedder: EmbedderIdentity | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The identity of the embedder ``vector`` came from, exactly as a receipt's ``models`` names it."""
     ids: tuple[str, ...] = ()
     """Chunk or document ids looked up exactly (identifier legs)."""
     entities: tuple[str, ...] = ()
@@ -117,8 +145,18 @@ class Query(Record):
 
     @model_validator(mode="after")
     def _non_empty(self) -> Query:
-        if not (self.text and self.text.strip()) and not self.ids and not self.entities:
-            raise ValueError("query needs 'text', 'ids' or 'entities'")
+        if not (self.text and self.text.strip()) and not self.ids and not self.entities and self.vector is None:
+            raise ValueError("query needs 'text', 'ids', 'entities' or 'vector'")
+        if (self.vector is None) != (self.embedder is None):
+            raise ValueError("query 'vector' and 'embedder' go together: a vector names the embedder it came from")
+        if self.vector is not None:
+            assert self.embedder is not None
+            if len(self.vector) != self.embedder.dims:
+                raise ValueError(
+                    f"query 'vector' has {len(self.vector)} values; its embedder gives {self.embedder.dims}"
+                )
+            if not all(math.isfinite(v) for v in self.vector):
+                raise ValueError("query 'vector' holds a value that is not a finite number")
         return self
 
     def parts(self) -> tuple[str, ...]:
@@ -129,6 +167,8 @@ class Query(Record):
             present.append("ids")
         if self.entities:
             present.append("entities")
+        if self.vector is not None:
+            present.append("vector")
         return tuple(present)
 
 

@@ -112,7 +112,7 @@ def test_contracts_declare_one_honest_class_per_mode() -> None:
         assert contract.mode == mode and contract.backend == "lancedb"
         assert contract.model_calls == 1
         assert contract.score_kind is ScoreKind.COSINE_DISTANCE and contract.ordering == "distance_asc"
-        assert contract.query_parts == ("text",)
+        assert contract.query_parts == ("text", "vector")  # the query text, or a caller vector
         assert set(contract.filters) == {*METADATA_FIELDS, "doc_id", "chunk_id"}
         for name, support in contract.filters.items():
             assert support.support is expected_support[rsc_id]

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from backends import LOCAL_ADAPTERS, Adapter, RemoteAdapter, shipped_contracts
-from backends.models.embedding import BuiltWith, EmbedderIdentity, MiniLMEmbedder
+from backends.models.embedding import EmbedderIdentity, MiniLMEmbedder
+from backends.models.queries import BuiltWith
 from rsc import IndexMissingError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

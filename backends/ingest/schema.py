@@ -85,6 +85,21 @@ class RelationSpec(Record):
     role: RelationRole = RelationRole.NONE
 
 
+class EmbedderFolder(Record):
+    """The embedder a corpus's vector index is built with: a local folder in the
+    sentence-transformers layout (``backends.models.folder``)."""
+
+    path: Annotated[str, Field(min_length=1)]
+    """The folder; a relative path is read from the folder holding the schema file."""
+    name: Annotated[str, Field(min_length=1)] | None = None
+    """The name its identity carries (default: the folder's name)."""
+    query_prompt: str | None = None
+    """The prefix of every query text (default: the folder's ``prompts["query"]``, else none)."""
+    document_prompt: str | None = None
+    """The prefix of every chunk text (default: the folder's ``prompts["document"]`` or
+    ``prompts["passage"]``, else none)."""
+
+
 class CorpusSchema(Record):
     schema_version: Literal["race.schema/1"]
     id_field: Annotated[str, Field(min_length=1)] = "id"
@@ -95,6 +110,8 @@ class CorpusSchema(Record):
     metadata (never filterable)."""
     fields: dict[Annotated[str, Field(pattern=_NAME)], FieldSpec] = Field(default_factory=dict)
     relations: dict[Annotated[str, Field(pattern=_NAME)], RelationSpec] = Field(default_factory=dict)
+    embedder: EmbedderFolder | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The embedder of the vector index (default: the bundled all-MiniLM-L6-v2)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> CorpusSchema:
@@ -148,7 +165,7 @@ class CorpusSchema(Record):
             if spec is None:
                 if self.extra == "error":
                     raise CorpusError(
-                        f"field {key!r} is not in the corpus schema (declare it, or set extra: \"store\")",
+                        f'field {key!r} is not in the corpus schema (declare it, or set extra: "store")',
                         where=where_key,
                     )
                 if value is not None and value != "":

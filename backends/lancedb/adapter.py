@@ -40,7 +40,7 @@ from backends.base import (
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.ingest.corpus import Corpus
 from backends.ingest.schema import FieldType
-from backends.lancedb.build import build_table
+from backends.lancedb.build import build_table, with_embedder
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
 from backends.lancedb.manifest import read_lance_manifest, write_facts
@@ -59,7 +59,9 @@ from backends.lancedb.query import (
     vector_query,
 )
 from backends.lancedb.snapshot import LanceSnapshots, Snapshot, _GenerationMemo
-from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
+from backends.models.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from backends.models.folder import built_embedder
+from backends.models.queries import BuiltWith, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -119,7 +121,7 @@ class LanceAdapter(LanceSnapshots):
         embedder = embedder or MiniLMEmbedder()
         path = index_dir / cls.backend
         schema = build_table(corpus, path, progress, embedder)
-        write_contracts(path, generate_contracts(cls.contracts(), schema))
+        write_contracts(path, with_embedder(generate_contracts(cls.contracts(), schema), embedder.identity))
         adapter = cls.open(index_dir, embedder=embedder)
         adapter.statistics()  # kept with the row counts: an engine then plans without opening the table
         return adapter.generation()
@@ -130,7 +132,9 @@ class LanceAdapter(LanceSnapshots):
         manifest, _ = read_lance_manifest(path)
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
         # The model is loaded, and checked against the one the vectors were built with, at the first query.
-        embedder = BuiltWith(embedder or MiniLMEmbedder(), built_with, where=str(path), hint="rebuild: `race index`")
+        embedder = BuiltWith(
+            embedder or built_embedder(manifest), built_with, where=str(path), hint="rebuild: `race index`"
+        )
         adapter = cls(path, manifest, embedder)
         # The exact matrix of the latest version: loaded, or rebuilt if the table moved on.
         adapter._exact.build(adapter.snapshot().table)
@@ -211,16 +215,13 @@ class LanceAdapter(LanceSnapshots):
     def _scan(self, request: ScanRequest) -> ScanResult:
         if request.mode not in (*MODES, MODE_EXACT):
             raise BackendUnavailable(f"lancedb has no mode {request.mode!r}", where=request.rsc_id)
-        text = (request.query.text or "").strip()
-        if not text:
-            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         native, after = _split_filters(request)
         where = filter_sql(native, self._corpus_schema)
         every = filter_sql((*request.pushed, *request.residual), self._corpus_schema)
         fast_search = _fast(request)
         snap = self.snapshot()
         generation = self._generation(snap)
-        vector, embedded = self._queries.vector(text)
+        vector, embedded = self._queries.for_query(request.query, self._embedder_identity, where=request.rsc_id)
         # Random access scores named rows exactly: a flat scan restricted by the identity
         # filter computes each row's distance as the sorted access does.
         mode = MODE_FLAT if _random(request) or request.mode == MODE_EXACT else request.mode

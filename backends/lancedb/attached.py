@@ -40,7 +40,9 @@ from backends.mapping import (
     mapped_hits,
     metadata_columns,
 )
-from backends.models.embedding import Embedder, QueryVectors
+from backends.models.embedding import Embedder
+from backends.models.folder import CallerVectorsOnly, caller_vectors_only
+from backends.models.queries import QueryVectors
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -156,7 +158,9 @@ class AttachedLanceAdapter(AttachedAdapter):
                 where=where,
             )
         self._embedder, self._queries = embedder, QueryVectors(embedder)
-        if check_vectors:
+        # A model RACE cannot run is known by its identity alone: nothing to embed the check with.
+        self._caller_vectors_only = isinstance(embedder, CallerVectorsOnly)
+        if check_vectors and not self._caller_vectors_only:
             self._check_vectors(handle, where)
         typed = {c: column_type(t) for c, t in columns.items() if c != self._vector}
         chosen = metadata_columns(mapping, sorted(c for c, t in typed.items() if t is not None))
@@ -228,7 +232,7 @@ class AttachedLanceAdapter(AttachedAdapter):
                 "freshness": "as of the latest table version when the run started",
             },
         )
-        return Contract.model_validate(data)
+        return caller_vectors_only(Contract.model_validate(data), self._embedder)
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -330,12 +334,9 @@ class AttachedLanceAdapter(AttachedAdapter):
     def _scan(self, request: ScanRequest) -> ScanResult:
         if request.mode != MODE:
             raise BackendUnavailable(f"{self.backend} has no mode {request.mode!r}", where=request.rsc_id)
-        text = (request.query.text or "").strip()
-        if not text:
-            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         table, generation = self._latest()
         where = self._sql(request.pushed)
-        vector, embedded = self._queries.vector(text)
+        vector, embedded = self._queries.for_query(request.query, self._embedder.identity, where=request.rsc_id)
         # Read past k so that ties at the cut are broken by id, not by storage order.
         depth = 2 * request.k + 8
         builder = table.search(np.ascontiguousarray(vector, dtype=np.float32), vector_column_name=self._vector)

@@ -36,7 +36,9 @@ from backends.lancedb.query import (
     VECTOR_INDEX,
 )
 from backends.models.embed_batch import Parallel, embed_distinct, text_key
-from backends.models.embedding import Embedder, MiniLMEmbedder, token_counter
+from backends.models.embedding import Embedder
+from backends.models.folder import embedder_token_counter, source_of
+from rsc import Contract, EmbedderIdentity, fingerprint
 
 _COLUMN_TYPES: Final = {
     FieldType.KEYWORD: pa.string(),
@@ -145,7 +147,7 @@ def chunk_rows(
 def _truncation(chunks: Sequence[Chunk], embedder: Embedder) -> tuple[dict[str, dict[str, int]], int | None]:
     """Tokens of each chunk the model does not read (doc id -> chunk id -> tokens), counted
     with the model's own tokenizer; unknown (empty, ``None``) for another embedder."""
-    counter = token_counter() if isinstance(embedder, MiniLMEmbedder) else None
+    counter = embedder_token_counter(embedder)
     if counter is None:
         return {}, None
     out: dict[str, dict[str, int]] = {}
@@ -241,6 +243,19 @@ def _vectors_by_text(table: Any) -> dict[str, npt.NDArray[np.float32]]:
     return out
 
 
+def with_embedder(contracts: Sequence[Contract], identity: EmbedderIdentity) -> tuple[Contract, ...]:
+    """The contracts of a table whose vectors come from ``identity``: cosine similarities of one
+    model are comparable across its tables, never with another model's, so the score
+    calibration names a folder model's identity (MiniLM's contracts keep their calibration)."""
+    if identity.config_sha256 is None:
+        return tuple(contracts)
+    suffix = f"{identity.name}:{fingerprint(identity)}"
+    return tuple(
+        c.model_copy(update={"score_calibration": f"{c.score_calibration}:{suffix}"}) if c.score_calibration else c
+        for c in contracts
+    )
+
+
 def finish_table(table: Any, corpus: Corpus, path: Path, embedder: Embedder, *, embedded: int) -> None:
     """The vector index, the scalar indexes, the exact matrix and ``race.json`` of a table that
     holds every chunk of ``corpus``; ``embedded`` texts were embedded to get there."""
@@ -274,4 +289,8 @@ def finish_table(table: Any, corpus: Corpus, path: Path, embedder: Embedder, *, 
             "trained_rows": len(chunks),
         },
     }
+    source = source_of(embedder)
+    if source is not None:
+        # What opens the embedder again; MiniLM's manifests (and their digests) stay as they were.
+        manifest["embedder_source"] = source
     (path / MANIFEST).write_text(json.dumps(manifest, sort_keys=True, indent=1), encoding="utf-8")

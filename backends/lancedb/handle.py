@@ -48,10 +48,11 @@ from backends.lancedb.query import (
     _split_filters,
     filter_sql,
 )
-from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
+from backends.models.embedding import Embedder, EmbedderIdentity
+from backends.models.folder import built_embedder
+from backends.models.queries import BuiltWith, QueryVectors
 from rsc import (
     BackendStatistics,
-    BackendUnavailable,
     Calibration,
     Contract,
     IndexMissingError,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from backends.lancedb.adapter import LanceAdapter
     from backends.lancedb.exact import ExactMatrix
     from backends.lancedb.matrix_store import MatrixStore
+
 
 class LanceIndex(Adapter):
     """A LanceDB index as planning sees it; the real ``LanceAdapter`` opens on first need."""
@@ -147,7 +149,7 @@ class LanceIndex(Adapter):
                 queries = self._queries
                 if queries is None:
                     # One model object for this handle and the adapter it may open: loaded once.
-                    self._embedder = self._embedder or MiniLMEmbedder()
+                    self._embedder = self._embedder or built_embedder(self._manifest)
                     where = str(self._path)
                     self._built = BuiltWith(
                         self._embedder, self._embedder_identity, where=where, hint="rebuild: `race index`"
@@ -297,9 +299,6 @@ class LanceIndex(Adapter):
         matrix written for that snapshot, or facts that do not describe the latest version."""
         from backends.lancedb.matrix_store import exact_result, ranked
 
-        text = (request.query.text or "").strip()
-        if not text:
-            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         native, after = _split_filters(request)
         if after:
             return None
@@ -317,7 +316,7 @@ class LanceIndex(Adapter):
             matrix = self._matrix(int(facts["version"]))
         if matrix is None:
             return None
-        vector, embedded = self._vectors().vector(text)
+        vector, embedded = self._vectors().for_query(request.query, self._embedder_identity, where=request.rsc_id)
         answer = ranked(matrix, vector, native, request.k, _CHUNK_COLUMNS)
         return exact_result(
             self,

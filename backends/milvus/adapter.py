@@ -71,7 +71,8 @@ from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.generation import current_generation, read_rows, value_counts
 from backends.milvus.search import answer_rows, custody, measure_recall, search_params, top_k
 from backends.milvus.search import exact_top_k as exact_top_k
-from backends.models.embedding import BuiltWith, Embedder, EmbedderIdentity, MiniLMEmbedder, QueryVectors
+from backends.models.embedding import Embedder, EmbedderIdentity, MiniLMEmbedder
+from backends.models.queries import BuiltWith, QueryVectors
 from rsc import (
     BackendStatistics,
     BackendTimeout,
@@ -347,16 +348,13 @@ class MilvusAdapter(Adapter):
                 f"collection {self._collection!r} has a {self._index_type} index; it cannot serve {request.mode}",
                 where=request.rsc_id,
             )
-        text = (request.query.text or "").strip()
-        if not text:
-            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         if request.k > MAX_TOPK:
             raise BackendUnavailable(f"milvus answers at most {MAX_TOPK} rows per search", where=request.rsc_id)
         # Residual filters are evaluated natively too: inside Milvus's search they lose nothing.
         filters: tuple[Filter, ...] = (*request.pushed, *request.residual)
         expr = filter_expr(filters, self._fields)
         before = self.generation()
-        vector, embedded = self._queries.vector(text)
+        vector, embedded = self._queries.for_query(request.query, self._embedder_identity, where=request.rsc_id)
         rows: list[tuple[dict[str, Any], float]] = []
         matching = 0
         if expr != NOTHING:

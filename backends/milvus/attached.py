@@ -43,7 +43,9 @@ from backends.milvus.client import _READ_BATCH, INDEX_TYPES, MAX_TOPK, MODE_ANN,
 from backends.milvus.consistency import STRONG, caveat_detail, level_of
 from backends.milvus.expr import NOTHING, filter_expr
 from backends.milvus.search import measure_recall_rows, search_params, top_k
-from backends.models.embedding import Embedder, QueryVectors
+from backends.models.embedding import Embedder
+from backends.models.folder import caller_vectors_only
+from backends.models.queries import QueryVectors
 from rsc import (
     BackendStatistics,
     BackendTimeout,
@@ -178,11 +180,12 @@ class AttachedMilvusAdapter(AttachedAdapter):
             measured = measure_recall_rows(
                 self.search, fields, vectors, ids, [self._metadata(r) for r in rows], key=self._mapping.id
             )
-        return attached_contract(
+        contract = attached_contract(
             name=self.backend, collection=self._collection, uri=self._uri, vector=self._vector, index=self._index,
             meta=self._meta, partition_keys=self._partition_keys, absent=self._absent,
             consistency=self._consistency, measured=measured,
         )  # fmt: skip
+        return caller_vectors_only(contract, self._embedder)
 
     @property
     def identity(self) -> str:
@@ -302,14 +305,11 @@ class AttachedMilvusAdapter(AttachedAdapter):
     def _scan(self, request: ScanRequest) -> ScanResult:
         if request.mode != (MODE_FLAT if self._index.get("index_type") == "FLAT" else MODE_ANN):
             raise BackendUnavailable(f"{self.backend} has no mode {request.mode!r}", where=request.rsc_id)
-        text = (request.query.text or "").strip()
-        if not text:
-            raise BackendUnavailable("a vector scan needs query text", where=request.rsc_id)
         if request.k > MAX_TOPK:
             raise BackendUnavailable(f"milvus answers at most {MAX_TOPK} rows per search", where=request.rsc_id)
         expr = self._expr((*request.pushed, *request.residual))
         before = self.generation()
-        vector, embedded = self._queries.vector(text)
+        vector, embedded = self._queries.for_query(request.query, self._embedder.identity, where=request.rsc_id)
         rows: list[tuple[dict[str, Any], float]] = []
         matching = 0
         if expr != NOTHING:

@@ -74,6 +74,7 @@ class BuiltClass(Protocol):
 
     def __call__(self, folder: Path, manifest: dict[str, Any], embedder: Embedder, *, timeout: float) -> Built: ...
 
+
 PARTITION_KEY_TYPES = frozenset({FieldType.KEYWORD, FieldType.INTEGER})
 """Schema types a partition key may have (Milvus: VARCHAR or INT64, never nullable)."""
 

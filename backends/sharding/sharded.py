@@ -44,7 +44,7 @@ import anyio
 
 from backends.base import UNKNOWN_GENERATION, Adapter, Progress, RefusedSnapshot, blocking
 from backends.ingest.corpus import Corpus
-from backends.models.embedding import QueryVectors
+from backends.models.queries import QueryVectors
 from backends.sharding.scan import SHARD_SHARE, Shard, scatter
 from rsc import (
     BackendStatistics,
@@ -347,7 +347,7 @@ def _contracts(
 
 def _one_query_embedding(shards: Sequence[Adapter]) -> None:
     """Vector shards built with one model embed a query once for the whole instance: they share
-    the first shard's query-vector cache (``backends.models.embedding.QueryVectors``; concurrent shards
+    the first shard's query-vector cache (``backends.models.queries.QueryVectors``; concurrent shards
     wait for one embedding), so a query is one model call, not one per shard (I10). Shards of
     other kinds, wrapped shards and shards built with different models are left as they are."""
     caches = [vars(s).get("_queries") for s in shards]

@@ -18,6 +18,7 @@ from rsc import (
     Gap,
     GapKind,
     GapSeverity,
+    Query,
     ScanRequest,
     SearchCoverage,
     bucket_of,
@@ -51,7 +52,7 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
             cost=est.cost_ms,
             reach=tr.reach,
             losses=tr.losses,
-            model_calls=contract.model_calls,
+            model_calls=model_calls_of(contract, ob.query),
             eligible=verdict.eligible and short is None,
             rejected_because=verdict.rejected_because + ((short,) if short else ()),
             estimate=est,
@@ -131,7 +132,7 @@ def build_scan(
         request=request,
         reach=reach,
         planned_gaps=gaps,
-        model_calls=contract.model_calls,
+        model_calls=model_calls_of(contract, ob.query),
         cost=round(cost, 6),
         deadline_ms=min(deadline, group.budget.deadline_ms),
         expected_recall=expected_recall,
@@ -175,3 +176,9 @@ def recall_shortfall(min_recall: float | None, contract: Contract, expected: Exp
 
 def _filter_order(f: Filter) -> tuple[str, str, str]:
     return (f.field, f.op.value, f.describe() if f.op is not FilterOp.IN else repr(sorted(map(str, f.values))))
+
+
+def model_calls_of(contract: Contract, query: Query) -> int:
+    """The model calls a scan makes: none when the caller brings the query's vector (a leg of
+    another embedder refuses it rather than embed), the contract's per query otherwise (I10)."""
+    return 0 if query.vector is not None else contract.model_calls

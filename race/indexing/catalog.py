@@ -50,15 +50,33 @@ _SHARDABLE = frozenset({"tantivy", "lancedb"})
 
 
 class EmbedderRef(Record):
-    """The embedder an instance's query vectors come from, by name; a given ``weights_sha256``
-    or ``dims`` must be what that embedder really has."""
+    """The embedder an instance's query vectors come from: the bundled model by name, a local
+    folder in the sentence-transformers layout (``path``), or a model RACE cannot run, known by
+    its ``name``, ``dims`` and ``weights_sha256`` (searched with caller vectors only). A given
+    ``weights_sha256``, ``config_sha256`` or ``dims`` must be what that embedder really has."""
 
     name: Annotated[str, Field(min_length=1)]
-    """The embedder's name (``sentence-transformers/all-MiniLM-L6-v2``, the bundled model)."""
+    """The embedder's name (``sentence-transformers/all-MiniLM-L6-v2``, the bundled model, or the
+    name a folder's identity carries)."""
+    path: Annotated[str, Field(min_length=1)] | None = None
+    """A local folder in the sentence-transformers layout (relative to the catalog's folder)."""
+    query_prompt: str | None = None
+    """With ``path``: the prefix of every query text (default: the folder's ``prompts["query"]``)."""
+    document_prompt: str | None = None
+    """With ``path``: the prefix of every document text (default: the folder's ``prompts["document"]``
+    or ``prompts["passage"]``)."""
     weights_sha256: str | None = None
     """If given, the sha256 the embedder's weights must have."""
+    config_sha256: str | None = None
+    """If given, the sha256 of the folder's output-changing configuration (as a receipt names it)."""
     dims: Annotated[int, Field(ge=1)] | None = None
     """If given, the dimensions the embedder must give (and the vector column must hold)."""
+
+    @model_validator(mode="after")
+    def _prompts_need_folder(self) -> EmbedderRef:
+        if self.path is None and (self.query_prompt is not None or self.document_prompt is not None):
+            raise ValueError("'query_prompt' and 'document_prompt' belong to an embedder read from a folder ('path')")
+        return self
 
 
 class ContractOverride(Record):

@@ -47,6 +47,7 @@ def build_index(
     ``embedder`` embeds the vector index's chunks (default: the model, in this process).
     Without ``vectors``, or when no embedder is given and the model is not installed, the
     index is lexical only (a cold start): no vector index, and ``notice`` is told why."""
+    embedder = corpus_embedder(corpus_path, embedder)
     corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
     staging = start_staging(out)
     try:
@@ -86,12 +87,44 @@ def load_for_index(
     vector index (``None``: it gets one)."""
     from backends.ingest.corpus import Chunking
     from backends.models.embedding import token_counter
+    from backends.models.folder import embedder_token_counter
 
-    counter = token_counter()
+    counter = (embedder_token_counter(embedder) if embedder is not None else None) or token_counter()
     skipped = vectors_skipped(vectors=vectors, embedder=embedder, model_installed=counter is not None)
     if skipped is not None and vectors and notice is not None:
         notice(f"{skipped}; building a lexical-only index (tantivy and graph), vector obligations will be unsatisfied")
     return load_corpus(corpus_path, chunking=Chunking(tokens=counter)), skipped
+
+
+def corpus_embedder(corpus_path: Path, embedder: Embedder | None) -> Embedder | None:
+    """The embedder a build of ``corpus_path`` embeds with: the folder its schema names
+    (``embedder``; relative to the schema file's folder), which an embedder given must equal;
+    else the one given; else ``None`` (the bundled MiniLM)."""
+    from backends.ingest.schema import load_schema, schema_path
+    from backends.models.folder import FolderEmbedder
+
+    declared = load_schema(corpus_path).embedder
+    where = schema_path(corpus_path)
+    if declared is None or where is None:
+        return embedder
+    folder = Path(declared.path).expanduser()
+    try:
+        named = FolderEmbedder(
+            folder if folder.is_absolute() else where.parent / folder,
+            name=declared.name,
+            query_prompt=declared.query_prompt,
+            document_prompt=declared.document_prompt,
+        )
+        identity = named.identity if embedder is not None else None
+    except InputError as exc:
+        raise InputError(f"field 'embedder.path': {exc}", where=str(where)) from exc
+    if embedder is not None and identity is not None and embedder.identity != identity:
+        # An embedder given by the caller (Ray's actors run MiniLM) must be the one the schema names.
+        raise InputError(
+            f"the schema names {identity.describe()}; this build embeds with {embedder.identity.describe()}",
+            where=str(where),
+        )
+    return embedder or named
 
 
 def start_staging(out: Path, *, copy: bool = False) -> Path:
@@ -276,7 +309,9 @@ def read_index_schema(index_dir: Path) -> CorpusSchema | None:
 
 def check_plan_filters(plan: LogicalPlan, adapters: Iterable[Adapter], *, where: str) -> None:
     """Every filter of the plan whose value does not fit its field's type, in the corpus schema
-    the adapters' index was built under, is bad input."""
+    the adapters' index was built under, is bad input; so is a caller's query vector from an
+    embedder no backend of the engine has (``check_query_vectors``)."""
+    check_query_vectors(plan, adapters, where=where)
     schema = next((a.corpus_schema for a in adapters if a.corpus_schema is not None), None)
     if schema is None:
         return
@@ -286,6 +321,29 @@ def check_plan_filters(plan: LogicalPlan, adapters: Iterable[Adapter], *, where:
     for op in plan.operators:
         for flt in getattr(op, "filters", ()):
             check_filter(schema, flt, where=f"{where}: operator {op.id}")
+
+
+def check_query_vectors(plan: LogicalPlan, adapters: Iterable[Adapter], *, where: str) -> None:
+    """A query vector is compared only with vectors of its own embedder: one whose embedder is
+    none of the engine's backends' is bad input naming both sides. (A leg whose backend has
+    another embedder than the vector's refuses it when it runs, as its ``backend_error`` gap.)"""
+    carried = [ob for ob in plan.obligations if ob.query.embedder is not None]
+    if not carried:
+        return
+    from rsc import EmbedderIdentity
+
+    known = sorted(
+        {EmbedderIdentity.model_validate(m) for a in adapters for m in a.models()}, key=lambda i: (i.name, i.dims)
+    )
+    for ob in carried:
+        if ob.query.embedder not in known:
+            assert ob.query.embedder is not None
+            have = "; ".join(i.describe() for i in known) or "none (no vector index)"
+            raise InputError(
+                f"query.embedder {ob.query.embedder.describe()} is not the embedder of any vector index here "
+                f"(they are: {have})",
+                where=f"{where}: obligation {ob.id}",
+            )
 
 
 def index_contracts(index_dir: Path) -> tuple[Contract, ...]:

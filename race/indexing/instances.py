@@ -76,16 +76,41 @@ def known_contracts(*, remote: bool = False) -> tuple[Contract, ...]:
 # -- catalog instances ----------------------------------------------------------------------
 
 
-def resolve_embedder(ref: EmbedderRef, *, where: str, instance: str) -> Embedder:
-    """The embedder a catalog names, its identity checked against what the catalog states."""
+def resolve_embedder(ref: EmbedderRef, *, where: str, instance: str, base: Path) -> Embedder:
+    """The embedder a catalog names, its identity checked against what the catalog states: the
+    bundled MiniLM, a folder (``path``), or, for another name with its ``dims`` and
+    ``weights_sha256``, an identity RACE cannot run (caller vectors only)."""
     from backends.models.embedding import MINILM_NAME, MiniLMEmbedder
-    from rsc import InputError
+    from backends.models.folder import CallerVectorsOnly, FolderEmbedder
+    from rsc import EmbedderIdentity, InputError
 
-    if ref.name != MINILM_NAME:
-        raise InputError(f"instance {instance}: embedder {ref.name!r} is not known (known: {MINILM_NAME})", where=where)
-    embedder = MiniLMEmbedder()
-    identity = embedder.identity
-    for field in ("weights_sha256", "dims"):
+    embedder: Embedder
+    if ref.path is not None:
+        try:
+            embedder = FolderEmbedder(
+                _located(ref.path, base),
+                name=ref.name,
+                query_prompt=ref.query_prompt,
+                document_prompt=ref.document_prompt,
+            )
+            identity = embedder.identity
+        except InputError as exc:
+            raise InputError(f"instance {instance}: embedder.path: {exc}", where=where) from exc
+    elif ref.name == MINILM_NAME:
+        embedder = MiniLMEmbedder()
+        identity = embedder.identity
+    elif ref.dims is not None and ref.weights_sha256 is not None:
+        identity = EmbedderIdentity(
+            name=ref.name, dims=ref.dims, weights_sha256=ref.weights_sha256, config_sha256=ref.config_sha256
+        )
+        embedder = CallerVectorsOnly(identity)
+    else:
+        raise InputError(
+            f"instance {instance}: embedder {ref.name!r} is not known (known: {MINILM_NAME}); give its folder "
+            "('path'), or its 'dims' and 'weights_sha256' to search it with caller vectors only",
+            where=where,
+        )
+    for field in ("weights_sha256", "config_sha256", "dims"):
         stated = getattr(ref, field)
         if stated is not None and stated != getattr(identity, field):
             raise InputError(
@@ -165,7 +190,9 @@ def _open_instance(name: str, instance: Instance, *, base: Path, where: str) -> 
     from rsc import BackendUnavailable, IndexMissingError, InputError
 
     embedder = (
-        resolve_embedder(instance.embedder, where=where, instance=name) if instance.embedder is not None else None
+        resolve_embedder(instance.embedder, where=where, instance=name, base=base)
+        if instance.embedder is not None
+        else None
     )
     kind = instance.kind
     try:

@@ -35,6 +35,7 @@ from race.indexing.indexing import (
     _progress,
     build_index,
     clear_dead_builds,
+    corpus_embedder,
     disk_error,
     document_digests,
     finish_staging,
@@ -78,6 +79,7 @@ def update_index(
     vectors: bool = True,
     notice: Callable[[str], None] | None = None,
 ) -> UpdateSummary:
+    embedder = corpus_embedder(corpus_path, embedder)
     corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
     # A killed build may have moved the index aside (``.NAME.previous-PID``): put it back
     # first, so that it is updated rather than built again whole.
@@ -144,13 +146,15 @@ def _update_lance(
 ) -> tuple[str, int]:
     from backends.generated import generate_contracts, write_contracts
     from backends.lancedb import LanceAdapter
-    from backends.lancedb.build import update_table
+    from backends.lancedb.build import update_table, with_embedder
     from backends.models.embedding import MiniLMEmbedder
 
     model = embedder or MiniLMEmbedder()
     path = staging / LanceAdapter.backend
     texts = update_table(corpus, path, _progress(report, "lancedb"), model, stale=stale, fresh=fresh)
-    write_contracts(path, generate_contracts(LanceAdapter.contracts(), corpus.corpus_schema))
+    write_contracts(
+        path, with_embedder(generate_contracts(LanceAdapter.contracts(), corpus.corpus_schema), model.identity)
+    )
     return LanceAdapter.open(staging, embedder=model).generation(), texts
 
 
@@ -180,11 +184,14 @@ def _cannot_update(out: Path, corpus: Corpus, skipped: str | None, embedder: Emb
     if had_vectors != (skipped is None):
         return "the index had vectors and this build has none" if had_vectors else "the index had no vectors"
     if had_vectors:
+        from backends.lancedb.manifest import read_lance_manifest
         from backends.lancedb.query import MANIFEST as LANCE_MANIFEST
-        from backends.models.embedding import MiniLMEmbedder
+        from backends.models.folder import built_embedder
 
         built = json.loads((out / "lancedb" / LANCE_MANIFEST).read_text(encoding="utf-8")).get("embedder")
-        if built != (embedder or MiniLMEmbedder()).identity.model_dump(mode="json"):
+        if built != (embedder or built_embedder(read_lance_manifest(out / "lancedb")[0])).identity.model_dump(
+            mode="json"
+        ):
             return "the vectors were built with another embedding model"
     return None
 

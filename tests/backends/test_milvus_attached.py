@@ -247,3 +247,32 @@ def test_a_collection_dropped_after_attach_is_a_gap(lake: dict[str, Any], index_
         assert not [h for e in receipt.evidence for h in e.hits if h.custody.backend == "tickets"]
     finally:
         anyio.run(engine.aclose)
+
+
+def test_a_collection_of_a_model_race_cannot_run_takes_caller_vectors(lake: dict[str, Any], index_dir: Path) -> None:
+    from backends.milvus.search import exact_top_k
+    from backends.models.embedding import MiniLMEmbedder
+    from race.engine import Engine
+
+    model = MiniLMEmbedder()
+    stranger = model.identity.model_copy(update={"name": "intfloat/e5-small-v2"})
+    engine = Engine.from_catalog(_catalog(lake, index_dir, embedder=stranger.model_dump(mode="json")))
+    try:
+        (contract,) = engine.adapters["tickets"].index_contracts()
+        assert contract.model_calls == 0 and "from the caller alone" in contract.description
+        plan = _plan(6)
+        vector = model.embed([TEXT])[0]
+        plan["obligations"][1]["query"] = {"vector": [float(v) for v in vector], "embedder": stranger.model_dump()}
+        receipt = engine.run_sync(plan)
+        licences = next(o for o in receipt.obligations if o.id == "licences")
+        assert licences.status.value == "satisfied" and licences.model_calls == 0
+        hits = sorted(
+            (h for e in receipt.evidence for h in e.hits if h.custody.backend == "tickets"),
+            key=lambda h: h.custody.rank,
+        )
+        rows, vectors = lake["rows"], lake["vectors"]
+        keep = [i for i, r in enumerate(rows) if r["team"] in ("legal", "web")]
+        expected = exact_top_k(vectors[keep], [rows[i]["doc_key"] for i in keep], vector, 6)
+        assert [h.chunk_id for h in hits] == [cid for cid, _ in expected]
+    finally:
+        anyio.run(engine.aclose)
