@@ -196,6 +196,10 @@ def unsatisfiable_gaps(
     return tuple(gaps)
 
 
+def _described(alt: Alternative) -> str:
+    return f"{alt.rule} {alt.rsc}" if alt.rsc else alt.rule
+
+
 def compile_plan(
     plan: LogicalPlan,
     *,
@@ -264,10 +268,14 @@ def compile_plan(
         if limit < min(len(made), budget.max_alternatives_per_group):
             bound = f"max_memo_alternatives={budget.max_memo_alternatives} (room for {limit} here)"
             memo_limited.append(node)
-        kept, pruned = prune(made, limit, policy=policy, required=required, bound=bound)
+        # The time the group may take: its legs' deadline (an obligation's own, or the plan's leg
+        # timeout), never more than the plan's.
+        own = (ob.deadline_ms or budget.leg_timeout_ms) if ob is not None else budget.deadline_ms
+        budget_ms = float(min(own, budget.deadline_ms))
+        kept, pruned = prune(made, limit, policy=policy, required=required, bound=bound, budget_ms=budget_ms)
         pruned_count += len(pruned)
         total_alternatives += len(kept)
-        alternatives, how = choose(kept, policy=policy, required=required, must_choose=ob is None)
+        alternatives, how = choose(kept, policy=policy, required=required, must_choose=ob is None, budget_ms=budget_ms)
         best = next((a for a in alternatives if a.chosen), None)
         if best is None:
             assert ob is not None
@@ -279,6 +287,16 @@ def compile_plan(
                 reach=SearchCoverage.UNKNOWN,
                 eligible=False,
                 implementation=UnsatisfiableNode(node=node, group=gid, gaps=gaps),
+            )
+        elif how == "deadline":
+            revisions.append(
+                Revision(
+                    group=gid,
+                    logical=node,
+                    rule=best.rule,
+                    detail=f"every alternative of {policy.value if policy else 'the plan'} is estimated past the "
+                    f"remaining budget {budget_ms:g} ms; chose {_described(best)}, estimated {best.cost:g} ms",
+                )
             )
         elif how == "fallback" and policy is not None:
             revisions.append(
