@@ -25,6 +25,7 @@ from race.indexing.instances import known_contracts as known_contracts
 from race.indexing.instances import load_statistics as load_statistics
 from race.portal import LoopThread
 from race.receipt import Operational, Receipt
+from race.run.clock import RunClock, with_analysis
 from race.run.executor import Executor, Lineage
 from race.run.legs import UNKNOWN_GENERATION
 from race.run.roles import index_roles
@@ -235,42 +236,42 @@ class Engine(BackendFacts):
     # -- running ---------------------------------------------------------------------------
 
     @_one_error
-    async def run(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
+    async def run(
+        self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None, analyze: bool = False
+    ) -> Receipt:
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
+        With ``analyze``, the plan runs (the receipt cache passed by) and ``operational.analysis``
+        holds its estimates beside the run's actuals (``race.analysis``).
 
         The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
         with span("race.run", where=where) as traced:
-            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain)))
+            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain, analyze=analyze)))
         return receipt
 
-    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None) -> Receipt:
+    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None, analyze: bool = False) -> Receipt:
         logical = self.parse(plan, where=where)
-        setup_s = await self.warm(logical, where=where)
-        started = time.monotonic()
+        clock = RunClock(await self.warm(logical, where=where))
         # The plan deadline covers every read the run needs, generations included (I17).
-        deadline = started + logical.budget.deadline_ms / 1000.0
+        deadline = clock.started + logical.budget.deadline_ms / 1000.0
         generations = await self.current_generations(deadline=deadline)
         explain, plan_hit = self._plan(logical, generations, where)
+        clock.mark("plan")
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
         known = UNKNOWN_GENERATION not in generations.values()
-        if retain is None and known:
+        if retain is None and known and not analyze:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
-                operational = Operational(
-                    wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-                    setup_ms=round(setup_s * 1000.0, 3),
-                    plan_cache="hit" if plan_hit else "miss",
-                    receipt_cache="hit",
-                )
                 _log.debug("run %s: receipt cache hit", where)
+                operational = clock.operational(plan_hit, "hit")
                 return cached.model_copy(update={"operational": operational})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
         adapters = await pin_snapshots(self.adapters, generations, read=read, deadline=deadline)
+        clock.mark("pins")
         recorder = RunRecorder(adapters, self.lineage(adapters), retain=retain)
         executor = Executor(
             plan=logical,
@@ -285,6 +286,7 @@ class Engine(BackendFacts):
             roles=index_roles(self.adapters.values()),
         )
         root = await executor.run()
+        clock.mark("legs")
         receipt = executor.receipt(root, models=self.models())
         receipt = recorder.finish(
             receipt,
@@ -297,16 +299,11 @@ class Engine(BackendFacts):
         )
         if retain is None and known and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
             self.receipt_cache.put(receipt_key, receipt)
-        operational = Operational(
-            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-            setup_ms=round(setup_s * 1000.0, 3),
-            plan_cache="hit" if plan_hit else "miss",
-            receipt_cache="none" if retain is not None else "miss",
-            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
-            calls=dict(sorted(executor.calls.items())),
-            result_cache=dict(executor.cache_counts),
-            model_calls_made=executor.model_calls_made,
-        )
+        clock.mark("receipt")
+        operational = clock.operational(plan_hit, "none" if retain or analyze else "miss", executor)
+        if analyze:
+            stats, contracts = self.statistics(generations), self.contracts_at(generations)
+            operational = with_analysis(operational, explain, receipt, contracts, stats)
         receipt = receipt.model_copy(update={"operational": operational})
         await recorder.commit(receipt)
         return receipt
@@ -390,8 +387,10 @@ class Engine(BackendFacts):
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         return self._portal.call(lambda: self.plan(plan, where=where))
 
-    def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        return self._portal.call(lambda: self.run(plan, where=where, retain=retain))
+    def run_sync(
+        self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None, analyze: bool = False
+    ) -> Receipt:
+        return self._portal.call(lambda: self.run(plan, where=where, retain=retain, analyze=analyze))
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
         return self._portal.call(lambda: self.replay(receipt, retained))

@@ -22,6 +22,7 @@ FIXTURES = _fixtures()
 BUNDLED_CORPUS = FIXTURES / "corpus"
 SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
 
+
 def default_cache_dir() -> Path:
     if "RACE_CACHE_DIR" in os.environ:
         return Path(os.environ["RACE_CACHE_DIR"])
