@@ -15,7 +15,7 @@ _PHASES = ("setup", "plan", "pins", "legs", "fusion", "receipt")
 def _num(value: float | int | None, unit: str = "") -> str:
     if value is None:
         return "-"
-    return f"{value:g}{unit}"
+    return f"{round(value, 3):g}{unit}"
 
 
 def _phases(analysis: Analysis) -> list[tuple[str, float]]:
