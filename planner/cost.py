@@ -25,6 +25,9 @@ class Statistics(Record):
     schema_version: str = "race.stats/1"
     backends: dict[str, BackendStatistics] = Field(default_factory=dict)
     model_call_ms: Annotated[CanonicalFloat, Field(ge=0.0)] = 6.0
+    learned: str = Field(default="", exclude_if=lambda v: not v)
+    """The digest of the learned statistics applied (``race.state.learned``), if any: it then
+    enters the physical-plan fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -52,6 +55,8 @@ class Estimate(Record):
     """How the candidates follow from the rows and the selectivity."""
     latency: str = ""
     """Where the base latency came from."""
+    base_ms: CanonicalFloat = Field(default=0.0, exclude=True)
+    """The base latency in ``cost_ms`` (never serialized: the explain shows it in ``latency``)."""
 
 
 def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> tuple[float, str]:
@@ -133,6 +138,7 @@ def estimate_scan(
         basis=basis,
         access=access,
         latency=latency,
+        base_ms=base,
     )
 
 

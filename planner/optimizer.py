@@ -112,6 +112,14 @@ def combined_plan_fingerprint(plan: LogicalPlan, logical: str, contracts: str, g
     )
 
 
+def physical_fingerprint(physical: PhysicalNode, stats: Statistics | None = None) -> str:
+    """The physical plan's fingerprint; where learned statistics chose it, with their digest
+    (the statistics fingerprint), so that a plan chosen by other measurements is told apart."""
+    if stats is None or not stats.learned:
+        return fingerprint(physical)
+    return fingerprint({"physical": physical, "statistics": stats.fingerprint})
+
+
 def number_groups(plan: LogicalPlan) -> dict[str, int]:
     """Breadth-first from the root, inputs in plan order: G1 is the root."""
     inputs = {op.id: op.inputs_of() for op in plan.operators}
@@ -335,7 +343,7 @@ def compile_plan(
             contracts=contract_fp,
             backends=generations,
             caller=fingerprint(plan.generations),
-            physical=fingerprint(physical),
+            physical=physical_fingerprint(physical, stats),
             statistics=stats.fingerprint,
         ),
         contracts=tuple(c.ref for c in usable),

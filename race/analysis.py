@@ -40,12 +40,23 @@ class NodeAnalysis(Record):
     """What it is: the contract a scan reads, an operator's name, ``hybrid``."""
     leg: str = ""
     """A scan's key in ``operational.legs`` (``obligation/contract``)."""
+    backend: str = ""
+    """A scan's backend."""
+    k: int | None = None
+    """A scan's k."""
     estimated_ms: CanonicalFloat | None = None
     """The estimate the optimizer chose it by, in milliseconds."""
+    base_ms: CanonicalFloat | None = None
+    """The part of a scan's estimate that is its contract's base latency (the rest follows its
+    candidates and model calls): what learned statistics replace."""
     actual_ms: CanonicalFloat | None = None
     """A scan's measured leg time; a hybrid's slowest leg (its legs run at once)."""
     estimated_candidates: CanonicalFloat | None = None
     """The candidates the cost model expected a scan to touch."""
+    table_rows: int | None = None
+    """The rows the cost model took the scanned table to hold."""
+    selectivity: CanonicalFloat | None = None
+    """The fraction of them the pushed filters were expected to keep."""
     estimated_rows: CanonicalFloat | None = None
     """The rows a scan was expected to return: ``min(k, candidates)``."""
     actual_rows: int | None = None
@@ -196,12 +207,15 @@ def _scan(
 ) -> NodeAnalysis:
     request = node.request
     contract = contracts.get(node.rsc)
-    candidates = rows = None
+    candidates = rows = selectivity = base = None
+    table_rows: int | None = None
     recall = ""
     if contract is not None:
         # The estimate the scan was costed with, made again from the same inputs (the planner is pure).
         est = estimate_scan(contract, k=request.k, pushed=request.pushed, residual=request.residual, stats=statistics)
         candidates, rows = est.candidates, float(min(request.k, est.candidates))
+        table_rows, selectivity = est.rows, est.selectivity
+        base = est.base_ms
         recall = "exact" if contract.coverage.claim is not CoverageClaim.APPROXIMATE else ""
     if node.expected_recall is not None:
         recall = describe_recall(node.expected_recall)
@@ -216,9 +230,14 @@ def _scan(
         depth=depth,
         name=node.rsc,
         leg=label,
+        backend=request.backend,
+        k=request.k,
         estimated_ms=node.cost,
+        base_ms=base,
         actual_ms=actual_ms,
         estimated_candidates=candidates,
+        table_rows=table_rows,
+        selectivity=selectivity,
         estimated_rows=rows,
         actual_rows=hits,
         model_calls_planned=node.model_calls,

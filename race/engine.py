@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar, Unpack, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from planner import Explain, LogicalPlan, PlanInput, compile_plan, parse_plan, plan_digest, plan_from_dict
 from race.evaluation.batch import PlanFailure, run_many
 from race.facts import SETUP_TIMEOUT_S, BackendFacts
 from race.indexing.bundled import ensure_bundled_index
@@ -22,15 +22,16 @@ from race.indexing.indexing import absent_contracts, check_plan_filters
 from race.indexing.instances import connect_remotes as connect_remotes
 from race.indexing.instances import index_adapters, open_catalog
 from race.indexing.instances import known_contracts as known_contracts
-from race.indexing.instances import load_statistics as load_statistics
 from race.portal import LoopThread
-from race.receipt import Operational, Receipt
+from race.receipt import Receipt
 from race.run.clock import RunClock, with_analysis
 from race.run.executor import Executor, Lineage
 from race.run.legs import UNKNOWN_GENERATION
 from race.run.roles import index_roles
 from race.search import SearchOptions, plan_for_search
 from race.state.cache import PlanCache, ResultCache
+from race.state.learned import PlanStatistics, record_observations
+from race.state.learned import load_statistics as load_statistics
 from race.state.retain import RunRecorder
 from race.state.snapshots import backends_read, modes_read, pin_snapshots
 from race.tracing import run_attributes, span
@@ -63,13 +64,15 @@ class Engine(BackendFacts):
 
     absent: tuple[tuple[Contract, str], ...] = ()
     """Contracts the index was built without (a lexical cold start), each with the reason."""
+    record_stats: Path | None = None
+    """Where every run appends its scans' measurements (``race.state.learned``); runs are then analyzed."""
 
     def __init__(
         self,
         adapters: Mapping[str, Adapter],
         *,
         extra_contracts: Sequence[Contract] = (),
-        statistics: Statistics | None = None,
+        statistics: PlanStatistics | None = None,
         result_cache: ResultCache | None = None,
         early_stop: bool = True,
     ) -> None:
@@ -95,7 +98,8 @@ class Engine(BackendFacts):
         cls,
         index_dir: str | os.PathLike[str],
         *,
-        statistics: Statistics | None = None,
+        statistics: PlanStatistics | None = None,
+        record_stats: Path | None = None,
         cache_dir: Path | None = None,
         remotes: Sequence[str] = (),
         remote_timeout: float = 5.0,
@@ -109,7 +113,7 @@ class Engine(BackendFacts):
         engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
-        engine.absent = absent_contracts(index_dir)
+        engine.absent, engine.record_stats = absent_contracts(index_dir), record_stats
         return engine
 
     @classmethod
@@ -250,7 +254,7 @@ class Engine(BackendFacts):
         return receipt
 
     async def _run(self, plan: PlanInput, *, where: str, retain: Path | None, analyze: bool = False) -> Receipt:
-        logical = self.parse(plan, where=where)
+        logical, analyze = self.parse(plan, where=where), analyze or self.record_stats is not None
         clock = RunClock(await self.warm(logical, where=where))
         # The plan deadline covers every read the run needs, generations included (I17).
         deadline = clock.started + logical.budget.deadline_ms / 1000.0
@@ -304,6 +308,7 @@ class Engine(BackendFacts):
         if analyze:
             stats, contracts = self.statistics(generations), self.contracts_at(generations)
             operational = with_analysis(operational, explain, receipt, contracts, stats)
+            await anyio.to_thread.run_sync(record_observations, self.record_stats, operational.analysis)
         receipt = receipt.model_copy(update={"operational": operational})
         await recorder.commit(receipt)
         return receipt
@@ -328,7 +333,7 @@ class Engine(BackendFacts):
         altered artifact, or if the replayed normalized receipt differs from the recorded one."""
         from race.state.replay import ReplaySession, load_receipt
 
-        started = time.monotonic()
+        clock = RunClock(0.0)
         recorded = load_receipt(receipt) if isinstance(receipt, Path) else receipt
         session = await anyio.to_thread.run_sync(ReplaySession.open, recorded, retained)
         executor = Executor(
@@ -344,13 +349,7 @@ class Engine(BackendFacts):
         )
         root = await executor.run()
         replayed = session.finish(executor.receipt(root, models=session.models))
-        operational = Operational(
-            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
-            calls=dict(sorted(executor.calls.items())),
-            replayed_artifacts=len(session.used),
-        )
-        return replayed.model_copy(update={"operational": operational})
+        return replayed.model_copy(update={"operational": clock.replayed(executor, len(session.used))})
 
     # -- one-line search --------------------------------------------------------------------
 

@@ -4,10 +4,15 @@ against actuals and the gaps."""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from html import escape
+from pathlib import Path
+from typing import Any
 
 from race.analysis import Analysis, NodeAnalysis
 from race.receipt import Receipt
+from rsc import canonical_pretty
 
 _PHASES = ("setup", "plan", "pins", "legs", "fusion", "receipt")
 
@@ -167,3 +172,25 @@ def write_run(receipt: Receipt, fmt: str, *, analyze: bool, title: str) -> str:
     if not analyze or analysis is None:
         return receipt_text(receipt)
     return analysis_html(analysis, title=title) if fmt == "html" else analysis_text(analysis)
+
+
+def add_stats_command(sub: Any) -> None:
+    p = sub.add_parser("stats", help="learned statistics files (race run --record-stats)")
+    stats_sub = p.add_subparsers(dest="stats_command", required=True)
+    show = stats_sub.add_parser("show", help="summarise a statistics file per contract")
+    show.add_argument("file", help="the JSONL file race run --record-stats appended to")
+    show.add_argument("--json", action="store_true", help="the summary as canonical JSON")
+    p.set_defaults(func=cmd_stats)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from race.state.learned import load_learned, summary_text
+
+    learned = load_learned(Path(args.file))
+    summaries = learned.summary()
+    if args.json:
+        body = {"digest": learned.digest, "observations": len(learned.observations), "contracts": list(summaries)}
+        sys.stdout.write(canonical_pretty(body) + "\n")
+    else:
+        sys.stdout.write(summary_text(learned, summaries))
+    return 0

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from race.cli.analyzed import add_stats_command
 from race.cli.arguments import INDEX_HELP, CommandParser, index_named, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
@@ -227,12 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="canonical JSON output (--format json)")
         formats = "text, json, dot or mermaid (a picture of the memo)" if name == "plan" else "text, json or html"
         p.add_argument("--format", help=f"output: {formats}; default text", metavar="FORMAT")
-        p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
+        p.add_argument(
+            "--stats", help="statistics to plan with: race.stats/1 JSON (instead of the index's own) or learned JSONL"
+        )
         p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
         p.add_argument("--remote-timeout", type=seconds, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
         if name == "run":
             p.add_argument("--retain", metavar="DIR", help="keep every leg's response as an artifact for replay")
             p.add_argument("--analyze", action="store_true", help="print the plan's estimates beside the run's actuals")
+            p.add_argument("--record-stats", metavar="FILE", help="append the run's measurements to a statistics file")
             p.add_argument(
                 "--no-early-stop",
                 action="store_true",
@@ -284,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_replay)
 
     add_evidence_commands(sub)
+    add_stats_command(sub)
 
     add_serve_command(sub)
 

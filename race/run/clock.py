@@ -68,6 +68,15 @@ class RunClock:
             phases=dict(sorted(phases.items())),
         )
 
+    def replayed(self, executor: Executor, artifacts: int) -> Operational:
+        """A replay's figures: its time, legs and calls, and the retained responses it read."""
+        return Operational(
+            wall_ms=self.wall_ms(),
+            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
+            calls=dict(sorted(executor.calls.items())),
+            replayed_artifacts=artifacts,
+        )
+
 
 def with_analysis(
     operational: Operational,
