@@ -55,8 +55,6 @@ class Estimate(Record):
     """How the candidates follow from the rows and the selectivity."""
     latency: str = ""
     """Where the base latency came from."""
-    base_ms: CanonicalFloat = Field(default=0.0, exclude=True)
-    """The base latency in ``cost_ms`` (never serialized: the explain shows it in ``latency``)."""
 
 
 def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> tuple[float, str]:
@@ -102,6 +100,14 @@ def known_selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]
     return None if "assumed" in basis else fraction
 
 
+def base_latency(contract: Contract, stats: Statistics) -> tuple[float, float | None]:
+    """A scan's base latency (the part of its cost that follows neither its candidates nor its
+    model calls), and the measured one it came from, if any (else the contract's prior)."""
+    backend_stats = stats.backends.get(contract.backend)
+    measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
+    return (measured if measured is not None else contract.cost.base_latency_ms), measured
+
+
 def estimate_scan(
     contract: Contract, *, k: int, pushed: Sequence[Filter], stats: Statistics, residual: Sequence[Filter] = ()
 ) -> Estimate:
@@ -126,8 +132,7 @@ def estimate_scan(
         candidates = min(float(rows), candidates / max(kept, 1e-3))
         basis = f"{basis}; postfilter keeps {kept:g} ({kept_basis})"
         access = f"{access}, / postfilter selectivity for k survivors"
-    measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
-    base = measured if measured is not None else contract.cost.base_latency_ms
+    base, measured = base_latency(contract, stats)
     latency = f"base latency {base:g} ms ({'measured' if measured is not None else 'contract prior'})"
     cost = base + candidates * contract.cost.per_candidate_us / 1000.0 + contract.model_calls * stats.model_call_ms
     return Estimate(
@@ -138,7 +143,6 @@ def estimate_scan(
         basis=basis,
         access=access,
         latency=latency,
-        base_ms=base,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from planner import Explain, HybridNode, OperatorNode, PhysicalNode, ScanNode, Statistics, estimate_scan
+from planner.cost import base_latency
 from planner.explain import describe_recall
 from rsc import CanonicalFloat, Contract, CoverageClaim, Record
 
@@ -215,7 +216,7 @@ def _scan(
         est = estimate_scan(contract, k=request.k, pushed=request.pushed, residual=request.residual, stats=statistics)
         candidates, rows = est.candidates, float(min(request.k, est.candidates))
         table_rows, selectivity = est.rows, est.selectivity
-        base = est.base_ms
+        base = base_latency(contract, statistics)[0]
         recall = "exact" if contract.coverage.claim is not CoverageClaim.APPROXIMATE else ""
     if node.expected_recall is not None:
         recall = describe_recall(node.expected_recall)
