@@ -48,8 +48,10 @@ class NodeAnalysis(Record):
     estimated_ms: CanonicalFloat | None = None
     """The estimate the optimizer chose it by, in milliseconds."""
     base_ms: CanonicalFloat | None = None
-    """The part of a scan's estimate that is its contract's base latency (the rest follows its
-    candidates and model calls): what learned statistics replace."""
+    """The part of a scan's estimate that is its contract's base latency."""
+    candidate_ms: CanonicalFloat | None = None
+    """The part of a scan's estimate that follows its candidates (the rest is the base latency and
+    the model calls): learned statistics take it out of what they learn."""
     actual_ms: CanonicalFloat | None = None
     """A scan's measured leg time; a hybrid's slowest leg (its legs run at once)."""
     estimated_candidates: CanonicalFloat | None = None
@@ -208,7 +210,7 @@ def _scan(
 ) -> NodeAnalysis:
     request = node.request
     contract = contracts.get(node.rsc)
-    candidates = rows = selectivity = base = None
+    candidates = rows = selectivity = base = per_candidates = None
     table_rows: int | None = None
     recall = ""
     if contract is not None:
@@ -217,6 +219,7 @@ def _scan(
         candidates, rows = est.candidates, float(min(request.k, est.candidates))
         table_rows, selectivity = est.rows, est.selectivity
         base = base_latency(contract, statistics)[0]
+        per_candidates = round(est.candidates * contract.cost.per_candidate_us / 1000.0, 6)
         recall = "exact" if contract.coverage.claim is not CoverageClaim.APPROXIMATE else ""
     if node.expected_recall is not None:
         recall = describe_recall(node.expected_recall)
@@ -235,6 +238,7 @@ def _scan(
         k=request.k,
         estimated_ms=node.cost,
         base_ms=base,
+        candidate_ms=per_candidates,
         actual_ms=actual_ms,
         estimated_candidates=candidates,
         table_rows=table_rows,

@@ -58,7 +58,7 @@ def _observation(rsc: str, ms: float, **changes: Any) -> dict[str, Any]:
         "rows": 100,
         "selectivity": 1,
         "candidates": 100,
-        "variable_ms": 0,
+        "candidate_ms": 0,
         "hits": 5,
         "ms": ms,
         "model_calls": 0,

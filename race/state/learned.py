@@ -4,11 +4,14 @@
 ``race.observation/1`` line per scan that ran against its backend (a result-cache hit measures
 the cache, not the backend): the table's rows and the filters' selectivity the plan assumed,
 the candidates it expected, the hits, the time, the model calls. ``race plan --stats FILE`` and
-``Engine.open(..., statistics=load_learned(FILE))`` plan with them: each contract's base latency
-becomes the median of what its scans took beyond the part of the estimate that follows their
-candidates and model calls. Like every statistic they only choose among alternatives that
-keep each obligation's required coverage (I2); their digest enters the statistics fingerprint
-and the physical-plan fingerprint.
+``Engine.open(..., statistics=load_learned(FILE))`` plan with them. What a leg that calls the
+embedding model took beyond the part of its estimate that follows its candidates is taken for its
+model calls: their median per call becomes the cost of a model call, for every contract that
+makes one (a query embedding costs the same whichever vector contract asks for it). Each
+observed contract's base latency becomes the median of what its scans took beyond their
+candidates and model calls; a contract never observed keeps its prior. Like every statistic
+they only choose among alternatives that keep each obligation's required coverage (I2); their
+digest enters the statistics fingerprint and the physical-plan fingerprint.
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ class Observation(Record):
     """The fraction of them the pushed filters were expected to keep."""
     candidates: Annotated[CanonicalFloat, Field(ge=0.0)]
     """The candidates the cost model expected."""
-    variable_ms: Annotated[CanonicalFloat, Field(ge=0.0)]
-    """The part of the estimate that followed the candidates and the model calls."""
+    candidate_ms: Annotated[CanonicalFloat, Field(ge=0.0)]
+    """The part of the estimate that followed the candidates."""
     hits: Annotated[int, Field(ge=0)]
     """The hits the scan returned."""
     ms: Annotated[CanonicalFloat, Field(ge=0.0)]
@@ -70,11 +73,6 @@ class Observation(Record):
     @property
     def rsc_id(self) -> str:
         return self.rsc.split("@", 1)[0]
-
-    @property
-    def base_ms(self) -> float:
-        """What this scan says of its contract's base latency."""
-        return max(self.ms - self.variable_ms, 0.0)
 
 
 class ContractSummary(Record):
@@ -89,7 +87,7 @@ class ContractSummary(Record):
     candidates_median: CanonicalFloat
     model_calls_median: CanonicalFloat
     base_ms: CanonicalFloat
-    """The base latency the cost model is given: the median of ``ms - variable_ms``."""
+    """The base latency the cost model is given: the median time beyond candidates and model calls."""
 
 
 class LearnedStatistics(Record):
@@ -104,7 +102,13 @@ class LearnedStatistics(Record):
     def digest(self) -> str:
         return fingerprint(list(self.observations))
 
+    def model_call_ms(self) -> float | None:
+        """The median time per model call of the legs that made one, beyond their candidates."""
+        per_call = [(o.ms - o.candidate_ms) / o.model_calls for o in self.observations if o.model_calls > 0]
+        return round(max(stats_module.median(per_call), 0.0), 3) if per_call else None
+
     def summary(self) -> tuple[ContractSummary, ...]:
+        model_ms = self.model_call_ms() or 0.0
         by_rsc: dict[str, list[Observation]] = {}
         for obs in self.observations:
             by_rsc.setdefault(obs.rsc, []).append(obs)
@@ -120,7 +124,10 @@ class LearnedStatistics(Record):
                     hits_median=stats_module.median(o.hits for o in found),
                     candidates_median=stats_module.median(o.candidates for o in found),
                     model_calls_median=stats_module.median(o.model_calls for o in found),
-                    base_ms=round(stats_module.median(o.base_ms for o in found), 3),
+                    base_ms=round(
+                        stats_module.median(max(o.ms - o.candidate_ms - o.model_calls * model_ms, 0.0) for o in found),
+                        3,
+                    ),
                 )
             )
         return tuple(out)
@@ -133,7 +140,11 @@ class LearnedStatistics(Record):
             known = backends.get(item.backend) or BackendStatistics(backend=item.backend, rows=0)
             latency = {**known.latency_ms, item.rsc.split("@", 1)[0]: item.base_ms}
             backends[item.backend] = known.model_copy(update={"latency_ms": dict(sorted(latency.items()))})
-        return stats.model_copy(update={"backends": dict(sorted(backends.items())), "learned": self.digest})
+        model_ms = self.model_call_ms()
+        update: dict[str, object] = {"backends": dict(sorted(backends.items())), "learned": self.digest}
+        if model_ms is not None:
+            update["model_call_ms"] = model_ms
+        return stats.model_copy(update=update)
 
 
 def observations_of(analysis: Analysis) -> list[Observation]:
@@ -142,7 +153,7 @@ def observations_of(analysis: Analysis) -> list[Observation]:
     for node in analysis.nodes:
         if node.kind != "scan" or node.cache != "miss" or node.outcome != "ok":
             continue
-        if node.actual_ms is None or node.estimated_ms is None or node.base_ms is None:
+        if node.actual_ms is None or node.candidate_ms is None:
             continue
         if node.table_rows is None or node.selectivity is None or node.estimated_candidates is None:
             continue
@@ -156,7 +167,7 @@ def observations_of(analysis: Analysis) -> list[Observation]:
                 rows=node.table_rows,
                 selectivity=node.selectivity,
                 candidates=node.estimated_candidates,
-                variable_ms=round(max(node.estimated_ms - node.base_ms, 0.0), 6),
+                candidate_ms=node.candidate_ms,
                 hits=node.actual_rows or 0,
                 ms=node.actual_ms,
                 model_calls=node.model_calls_made or 0,
@@ -212,7 +223,7 @@ def parse_learned(data: bytes, *, where: str) -> LearnedStatistics:
             obs = Observation.model_validate(record)
         except ValidationError as exc:
             raise InputError(first_validation_error(exc), where=place) from None
-        if not all(math.isfinite(v) for v in (obs.ms, obs.candidates, obs.variable_ms, obs.selectivity)):
+        if not all(math.isfinite(v) for v in (obs.ms, obs.candidates, obs.candidate_ms, obs.selectivity)):
             raise InputError("a figure is not a finite number", where=place)
         found.append(obs)
     if not found:
@@ -251,6 +262,7 @@ def load_learned(path: Path) -> LearnedStatistics:
 def summary_text(learned: LearnedStatistics, summaries: Iterable[ContractSummary]) -> str:
     lines = [
         f"statistics  {learned.source}: {len(learned.observations)} observations, digest {learned.digest}",
+        f"model call  {_or_prior(learned.model_call_ms())}",
         "",
         f"{'contract':<34} {'n':>4} {'ms med':>9} {'ms max':>9} {'hits':>5} {'cand':>9} {'model':>5} {'base ms':>9}",
     ]
@@ -260,3 +272,7 @@ def summary_text(learned: LearnedStatistics, summaries: Iterable[ContractSummary
             f" {s.candidates_median:>9g} {s.model_calls_median:>5g} {s.base_ms:>9g}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _or_prior(model_ms: float | None) -> str:
+    return f"{model_ms:g} ms (median per call)" if model_ms is not None else "not observed (the prior stands)"
