@@ -80,6 +80,7 @@ tr.operator td { background: #fafafa; } tr.notrun td { color: #888; }
 .bad { color: #a40000; font-weight: 600; } .ok { color: #1a6b1a; }
 .bar { display: inline-block; height: 10px; background: #5b7bd5; vertical-align: middle; }
 ul.gaps li { margin: .2em 0; } .gap { color: #a40000; }
+#tree td:last-child { max-width: 22em; overflow-wrap: anywhere; }
 """
 
 
