@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/race demo
 
-test: $(STAMP)
+# tests/test_pictures.py opens `race run --analyze --format html` in a real headless browser
+# and draws `race plan --format dot` with Graphviz: Debian's packages, installed only if missing.
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/dot || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz >/dev/null)
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory lint
 

@@ -25,6 +25,9 @@ class Statistics(Record):
     schema_version: str = "race.stats/1"
     backends: dict[str, BackendStatistics] = Field(default_factory=dict)
     model_call_ms: Annotated[CanonicalFloat, Field(ge=0.0)] = 6.0
+    learned: str = Field(default="", exclude_if=lambda v: not v)
+    """The digest of the learned statistics applied (``race.state.learned``), if any: it then
+    enters the physical-plan fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -97,6 +100,14 @@ def known_selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]
     return None if "assumed" in basis else fraction
 
 
+def base_latency(contract: Contract, stats: Statistics) -> tuple[float, float | None]:
+    """A scan's base latency (the part of its cost that follows neither its candidates nor its
+    model calls), and the measured one it came from, if any (else the contract's prior)."""
+    backend_stats = stats.backends.get(contract.backend)
+    measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
+    return (measured if measured is not None else contract.cost.base_latency_ms), measured
+
+
 def estimate_scan(
     contract: Contract, *, k: int, pushed: Sequence[Filter], stats: Statistics, residual: Sequence[Filter] = ()
 ) -> Estimate:
@@ -121,8 +132,7 @@ def estimate_scan(
         candidates = min(float(rows), candidates / max(kept, 1e-3))
         basis = f"{basis}; postfilter keeps {kept:g} ({kept_basis})"
         access = f"{access}, / postfilter selectivity for k survivors"
-    measured = backend_stats.latency_ms.get(contract.rsc_id) if backend_stats else None
-    base = measured if measured is not None else contract.cost.base_latency_ms
+    base, measured = base_latency(contract, stats)
     latency = f"base latency {base:g} ms ({'measured' if measured is not None else 'contract prior'})"
     cost = base + candidates * contract.cost.per_candidate_us / 1000.0 + contract.model_calls * stats.model_call_ms
     return Estimate(

@@ -149,15 +149,28 @@ class GroupContext:
 
 
 def choose(
-    alternatives: Sequence[Alternative], *, policy: Strategy | None, required: SearchCoverage, must_choose: bool = False
-) -> tuple[tuple[Alternative, ...], Literal["policy", "fallback", "none"]]:
-    """Mark the best alternative chosen and give every other one its reason."""
+    alternatives: Sequence[Alternative],
+    *,
+    policy: Strategy | None,
+    required: SearchCoverage,
+    must_choose: bool = False,
+    budget_ms: float | None = None,
+) -> tuple[tuple[Alternative, ...], Literal["policy", "fallback", "deadline", "none"]]:
+    """Mark the best alternative chosen and give every other one its reason.
+
+    ``budget_ms`` is the time the group may take (its leg deadline, capped by the plan's): where
+    every alternative of the policy strategy is estimated past it and another alternative at
+    the required coverage is estimated within it, the one within it is chosen (``deadline``)."""
     eligible = [a for a in alternatives if a.eligible and a.reach.rank >= required.rank]
     preferred = [a for a in eligible if policy is None or a.strategy in (policy, None)]
-    how: Literal["policy", "fallback", "none"] = "policy"
+    how: Literal["policy", "fallback", "deadline", "none"] = "policy"
     pool = preferred
     if not pool:
         pool, how = eligible, "fallback"
+    if budget_ms is not None and pool and all(a.cost > budget_ms for a in pool):
+        within = [a for a in eligible if a.cost <= budget_ms]
+        if within:
+            pool, how = within, "deadline"
     if not pool and must_choose:
         pool, how = [a for a in alternatives if a.eligible], "fallback"
     if not pool:
@@ -172,7 +185,9 @@ def choose(
             out.append(alt)
         elif alt.eligible and alt.reach.rank < required.rank:
             out.append(_rejected(alt, f"reaches {alt.reach.value}; required {required.value}"))
-        elif policy is not None and alt.strategy not in (policy, None) and how == "policy":
+        elif how == "deadline" and budget_ms is not None and alt.cost > budget_ms:
+            out.append(_rejected(alt, over_budget(alt.cost, budget_ms)))
+        elif policy is not None and alt.strategy not in (policy, None) and how in ("policy", "deadline"):
             out.append(
                 _rejected(
                     alt,
@@ -184,6 +199,11 @@ def choose(
         else:  # pragma: no cover - an eligible alternative at the required coverage is always in the pool
             out.append(alt)
     return tuple(out), how
+
+
+def over_budget(cost: float, budget_ms: float) -> str:
+    """Why an alternative lost to the deadline: ``estimate 120 ms > remaining budget 80 ms``."""
+    return f"estimate {cost:g} ms > remaining budget {budget_ms:g} ms"
 
 
 def _name(alt: Alternative) -> str:
@@ -201,6 +221,7 @@ def prune(
     policy: Strategy | None = None,
     required: SearchCoverage = SearchCoverage.UNKNOWN,
     bound: str = "",
+    budget_ms: float | None = None,
 ) -> tuple[tuple[Alternative, ...], tuple[str, ...]]:
     """Keep at most ``limit`` alternatives and record the rest with the bound that cut them.
 
@@ -209,11 +230,32 @@ def prune(
     so pruning never removes the alternative that would have been chosen.
     """
 
-    def rank(item: tuple[int, Alternative]) -> tuple[bool, bool, bool, float, int, str, str, int]:
+    def usable(alt: Alternative) -> bool:
+        return alt.eligible and alt.reach.rank >= required.rank
+
+    def preferred(alt: Alternative) -> bool:
+        return usable(alt) and (policy is None or alt.strategy in (policy, None))
+
+    # As ``choose`` does: where every usable alternative of the policy strategy is estimated past
+    # the budget, those within it rank first.
+    within = [a for a in alternatives if usable(a) and budget_ms is not None and a.cost <= budget_ms]
+    pool = [a for a in alternatives if preferred(a)] or [a for a in alternatives if usable(a)]
+    by_deadline = bool(within) and bool(pool) and all(budget_ms is not None and a.cost > budget_ms for a in pool)
+
+    def rank(item: tuple[int, Alternative]) -> tuple[bool, bool, bool, bool, float, int, str, str, int]:
         index, alt = item
-        usable = alt.eligible and alt.reach.rank >= required.rank
-        preferred = usable and (policy is None or alt.strategy in (policy, None))
-        return (not preferred, not usable, not alt.eligible, alt.cost, -alt.reach.rank, alt.rule, alt.rsc, index)
+        first = alt in within if by_deadline else preferred(alt)
+        return (
+            not first,
+            not preferred(alt),
+            not usable(alt),
+            not alt.eligible,
+            alt.cost,
+            -alt.reach.rank,
+            alt.rule,
+            alt.rsc,
+            index,
+        )
 
     if len(alternatives) <= limit:
         return tuple(alternatives), ()

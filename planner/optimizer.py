@@ -112,6 +112,14 @@ def combined_plan_fingerprint(plan: LogicalPlan, logical: str, contracts: str, g
     )
 
 
+def physical_fingerprint(physical: PhysicalNode, stats: Statistics | None = None) -> str:
+    """The physical plan's fingerprint; where learned statistics chose it, with their digest
+    (the statistics fingerprint), so that a plan chosen by other measurements is told apart."""
+    if stats is None or not stats.learned:
+        return fingerprint(physical)
+    return fingerprint({"physical": physical, "statistics": stats.fingerprint})
+
+
 def number_groups(plan: LogicalPlan) -> dict[str, int]:
     """Breadth-first from the root, inputs in plan order: G1 is the root."""
     inputs = {op.id: op.inputs_of() for op in plan.operators}
@@ -196,6 +204,10 @@ def unsatisfiable_gaps(
     return tuple(gaps)
 
 
+def _described(alt: Alternative) -> str:
+    return f"{alt.rule} {alt.rsc}" if alt.rsc else alt.rule
+
+
 def compile_plan(
     plan: LogicalPlan,
     *,
@@ -264,10 +276,14 @@ def compile_plan(
         if limit < min(len(made), budget.max_alternatives_per_group):
             bound = f"max_memo_alternatives={budget.max_memo_alternatives} (room for {limit} here)"
             memo_limited.append(node)
-        kept, pruned = prune(made, limit, policy=policy, required=required, bound=bound)
+        # The time the group may take: its legs' deadline (an obligation's own, or the plan's leg
+        # timeout), never more than the plan's.
+        own = (ob.deadline_ms or budget.leg_timeout_ms) if ob is not None else budget.deadline_ms
+        budget_ms = float(min(own, budget.deadline_ms))
+        kept, pruned = prune(made, limit, policy=policy, required=required, bound=bound, budget_ms=budget_ms)
         pruned_count += len(pruned)
         total_alternatives += len(kept)
-        alternatives, how = choose(kept, policy=policy, required=required, must_choose=ob is None)
+        alternatives, how = choose(kept, policy=policy, required=required, must_choose=ob is None, budget_ms=budget_ms)
         best = next((a for a in alternatives if a.chosen), None)
         if best is None:
             assert ob is not None
@@ -279,6 +295,16 @@ def compile_plan(
                 reach=SearchCoverage.UNKNOWN,
                 eligible=False,
                 implementation=UnsatisfiableNode(node=node, group=gid, gaps=gaps),
+            )
+        elif how == "deadline":
+            revisions.append(
+                Revision(
+                    group=gid,
+                    logical=node,
+                    rule=best.rule,
+                    detail=f"every alternative of {policy.value if policy else 'the plan'} is estimated past the "
+                    f"remaining budget {budget_ms:g} ms; chose {_described(best)}, estimated {best.cost:g} ms",
+                )
             )
         elif how == "fallback" and policy is not None:
             revisions.append(
@@ -317,7 +343,7 @@ def compile_plan(
             contracts=contract_fp,
             backends=generations,
             caller=fingerprint(plan.generations),
-            physical=fingerprint(physical),
+            physical=physical_fingerprint(physical, stats),
             statistics=stats.fingerprint,
         ),
         contracts=tuple(c.ref for c in usable),

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar, Unpack, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from planner import Explain, LogicalPlan, PlanInput, compile_plan, parse_plan, plan_digest, plan_from_dict
 from race.evaluation.batch import PlanFailure, run_many
 from race.evidence.tools import EvidenceTools
 from race.facts import SETUP_TIMEOUT_S, BackendFacts
@@ -23,14 +23,16 @@ from race.indexing.indexing import absent_contracts, check_plan_filters
 from race.indexing.instances import connect_remotes as connect_remotes
 from race.indexing.instances import index_adapters, open_catalog
 from race.indexing.instances import known_contracts as known_contracts
-from race.indexing.instances import load_statistics as load_statistics
 from race.portal import LoopThread
-from race.receipt import Operational, Receipt
+from race.receipt import Receipt
+from race.run.clock import RunClock, with_analysis
 from race.run.executor import Executor, Lineage
 from race.run.legs import UNKNOWN_GENERATION
 from race.run.roles import index_roles
 from race.search import SearchOptions, plan_for_search
 from race.state.cache import PlanCache, ResultCache
+from race.state.learned import PlanStatistics, record_observations
+from race.state.learned import load_statistics as load_statistics
 from race.state.retain import RunRecorder
 from race.state.snapshots import backends_read, modes_read, pin_snapshots
 from race.tracing import run_attributes, span
@@ -63,13 +65,15 @@ class Engine(BackendFacts, EvidenceTools):
 
     absent: tuple[tuple[Contract, str], ...] = ()
     """Contracts the index was built without (a lexical cold start), each with the reason."""
+    record_stats: Path | None = None
+    """Where every run appends its scans' measurements (``race.state.learned``); runs are then analyzed."""
 
     def __init__(
         self,
         adapters: Mapping[str, Adapter],
         *,
         extra_contracts: Sequence[Contract] = (),
-        statistics: Statistics | None = None,
+        statistics: PlanStatistics | None = None,
         result_cache: ResultCache | None = None,
         early_stop: bool = True,
     ) -> None:
@@ -94,7 +98,8 @@ class Engine(BackendFacts, EvidenceTools):
         cls,
         index_dir: str | os.PathLike[str],
         *,
-        statistics: Statistics | None = None,
+        statistics: PlanStatistics | None = None,
+        record_stats: Path | None = None,
         cache_dir: Path | None = None,
         remotes: Sequence[str] = (),
         remote_timeout: float = 5.0,
@@ -108,7 +113,7 @@ class Engine(BackendFacts, EvidenceTools):
         engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
-        engine.absent = absent_contracts(index_dir)
+        engine.absent, engine.record_stats = absent_contracts(index_dir), record_stats
         return engine
 
     @classmethod
@@ -235,42 +240,42 @@ class Engine(BackendFacts, EvidenceTools):
     # -- running ---------------------------------------------------------------------------
 
     @_one_error
-    async def run(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
+    async def run(
+        self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None, analyze: bool = False
+    ) -> Receipt:
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
+        With ``analyze``, the plan runs (the receipt cache passed by) and ``operational.analysis``
+        holds its estimates beside the run's actuals (``race.analysis``).
 
         The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
         with span("race.run", where=where) as traced:
-            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain)))
+            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain, analyze=analyze)))
         return receipt
 
-    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None) -> Receipt:
-        logical = self.parse(plan, where=where)
-        setup_s = await self.warm(logical, where=where)
-        started = time.monotonic()
+    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None, analyze: bool = False) -> Receipt:
+        logical, analyze = self.parse(plan, where=where), analyze or self.record_stats is not None
+        clock = RunClock(await self.warm(logical, where=where))
         # The plan deadline covers every read the run needs, generations included (I17).
-        deadline = started + logical.budget.deadline_ms / 1000.0
+        deadline = clock.started + logical.budget.deadline_ms / 1000.0
         generations = await self.current_generations(deadline=deadline)
         explain, plan_hit = self._plan(logical, generations, where)
+        clock.mark("plan")
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
         known = UNKNOWN_GENERATION not in generations.values()
-        if retain is None and known:
+        if retain is None and known and not analyze:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
-                operational = Operational(
-                    wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-                    setup_ms=round(setup_s * 1000.0, 3),
-                    plan_cache="hit" if plan_hit else "miss",
-                    receipt_cache="hit",
-                )
                 _log.debug("run %s: receipt cache hit", where)
+                operational = clock.operational(plan_hit, "hit")
                 return cached.model_copy(update={"operational": operational})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
         adapters = await pin_snapshots(self.adapters, generations, read=read, deadline=deadline)
+        clock.mark("pins")
         recorder = RunRecorder(adapters, self.lineage(adapters), retain=retain)
         executor = Executor(
             plan=logical,
@@ -285,6 +290,7 @@ class Engine(BackendFacts, EvidenceTools):
             roles=index_roles(self.adapters.values()),
         )
         root = await executor.run()
+        clock.mark("legs")
         receipt = executor.receipt(root, models=self.models())
         receipt = recorder.finish(
             receipt,
@@ -297,16 +303,12 @@ class Engine(BackendFacts, EvidenceTools):
         )
         if retain is None and known and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
             self.receipt_cache.put(receipt_key, receipt)
-        operational = Operational(
-            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-            setup_ms=round(setup_s * 1000.0, 3),
-            plan_cache="hit" if plan_hit else "miss",
-            receipt_cache="none" if retain is not None else "miss",
-            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
-            calls=dict(sorted(executor.calls.items())),
-            result_cache=dict(executor.cache_counts),
-            model_calls_made=executor.model_calls_made,
-        )
+        clock.mark("receipt")
+        operational = clock.operational(plan_hit, "none" if retain or analyze else "miss", executor)
+        if analyze:
+            stats, contracts = self.statistics(generations), self.contracts_at(generations)
+            operational = with_analysis(operational, explain, receipt, contracts, stats)
+            await anyio.to_thread.run_sync(record_observations, self.record_stats, operational.analysis)
         receipt = receipt.model_copy(update={"operational": operational})
         await recorder.commit(receipt)
         return receipt
@@ -331,7 +333,7 @@ class Engine(BackendFacts, EvidenceTools):
         altered artifact, or if the replayed normalized receipt differs from the recorded one."""
         from race.state.replay import ReplaySession, load_receipt
 
-        started = time.monotonic()
+        clock = RunClock(0.0)
         recorded = load_receipt(receipt) if isinstance(receipt, Path) else receipt
         session = await anyio.to_thread.run_sync(ReplaySession.open, recorded, retained)
         executor = Executor(
@@ -347,13 +349,7 @@ class Engine(BackendFacts, EvidenceTools):
         )
         root = await executor.run()
         replayed = session.finish(executor.receipt(root, models=session.models))
-        operational = Operational(
-            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
-            calls=dict(sorted(executor.calls.items())),
-            replayed_artifacts=len(session.used),
-        )
-        return replayed.model_copy(update={"operational": operational})
+        return replayed.model_copy(update={"operational": clock.replayed(executor, len(session.used))})
 
     # -- one-line search --------------------------------------------------------------------
 
@@ -390,8 +386,10 @@ class Engine(BackendFacts, EvidenceTools):
     def plan_sync(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         return self._portal.call(lambda: self.plan(plan, where=where))
 
-    def run_sync(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        return self._portal.call(lambda: self.run(plan, where=where, retain=retain))
+    def run_sync(
+        self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None, analyze: bool = False
+    ) -> Receipt:
+        return self._portal.call(lambda: self.run(plan, where=where, retain=retain, analyze=analyze))
 
     def replay_sync(self, receipt: Receipt | Path, retained: Path) -> Receipt:
         return self._portal.call(lambda: self.replay(receipt, retained))

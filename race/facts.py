@@ -17,6 +17,7 @@ import anyio
 from backends import Adapter
 from planner import Statistics
 from race.run.legs import UNKNOWN_GENERATION
+from race.state.learned import LearnedStatistics, PlanStatistics
 from race.tracing import prepare, span
 from rsc import Contract, calibrated
 
@@ -33,7 +34,7 @@ class BackendFacts:
         adapters: Mapping[str, Adapter],
         *,
         extra_contracts: Sequence[Contract] = (),
-        statistics: Statistics | None = None,
+        statistics: PlanStatistics | None = None,
     ) -> None:
         self.adapters = dict(sorted(adapters.items()))
         prepare()  # tracing's library, found now: never on the event loop
@@ -51,6 +52,9 @@ class BackendFacts:
         self._calibrated: dict[tuple[tuple[str, str], ...], tuple[Contract, ...]] = {}
         # (backend, modes) whose set-up (imports, opens, weights, matrices) is done.
         self._warmed: set[tuple[str, frozenset[str] | None]] = set()
+        # Learned statistics are applied over the adapters' own; a ``Statistics`` replaces them.
+        self._learned = statistics if isinstance(statistics, LearnedStatistics) else None
+        statistics = None if isinstance(statistics, LearnedStatistics) else statistics
         self._statistics_fixed = statistics is not None
         # The statistics given, or what the adapters reported by the generations they were read
         # at; with its fingerprint.
@@ -138,6 +142,7 @@ class BackendFacts:
         if known is not None and (self._statistics_fixed or key is None or known[0] == key):
             return known
         stats = Statistics(backends={n: a.statistics() for n, a in self.adapters.items()})
+        stats = self._learned.apply(stats) if self._learned is not None else stats
         self._statistics_read = (key, stats, stats.fingerprint)
         return self._statistics_read
 

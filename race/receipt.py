@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from race.analysis import Analysis
 from rsc import (
     CanonicalFloat,
     EvidenceStatus,
@@ -241,6 +242,11 @@ class Operational(Record):
     """Embedding-model calls actually made (cached query vectors are not counted)."""
     replayed_artifacts: int = 0
     """Retained responses a replay read."""
+    phases: dict[str, CanonicalFloat] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    """Where the run's time went, in milliseconds: ``setup`` (before the clock), ``plan``
+    (generations and plan), ``pins``, ``legs`` (the legs and operators), ``fusion``, ``receipt``."""
+    analysis: Analysis | None = Field(default=None, exclude_if=lambda v: v is None)
+    """``run(..., analyze=True)``: the chosen plan's estimates beside the run's actuals."""
 
 
 class Receipt(Record):

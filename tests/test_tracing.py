@@ -70,7 +70,7 @@ def test_one_leg_span_per_leg_with_what_the_receipt_says(index_dir: Path, spans:
         attrs = _attrs(leg)
         assert leg.parent is not None and leg.parent.span_id == run.context.span_id
         record = recorded[attrs["race.label"]]
-        assert {k: attrs[f"race.{k}"] for k in ("ms", "cache", "hits", "outcome")} == record
+        assert {k: attrs[f"race.{k}"] for k in ("ms", "cache", "hits", "outcome", "model_calls")} == record
         obligation, contract = attrs["race.label"].split("/")
         assert (attrs["race.obligation"], attrs["race.contract"]) == (obligation, contract)
         ob = next(o for o in receipt.obligations if o.id == obligation)

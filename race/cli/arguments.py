@@ -75,7 +75,18 @@ def index_named(value: str | None) -> Path:
 
 def open_engine(args: argparse.Namespace) -> object:
     """The engine a command's arguments name: a catalog, or an index (``index_named``) with its
-    remotes, Milvus instances and statistics."""
+    remotes, Milvus instances and statistics; with ``--record-stats``, where runs append theirs."""
+    engine = _open_engine(args)
+    record = getattr(args, "record_stats", None)
+    if record:
+        path = Path(record)
+        if not path.parent.is_dir() or path.is_dir():
+            raise InputError("not a file in an existing folder", where="--record-stats")
+        setattr(engine, "record_stats", path)  # noqa: B010 - the engine's type is imported lazily
+    return engine
+
+
+def _open_engine(args: argparse.Namespace) -> object:
     from race.engine import Engine, load_statistics
 
     stats = load_statistics(Path(args.stats)) if getattr(args, "stats", None) else None

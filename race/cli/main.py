@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from race.cli.analyzed import add_stats_command
 from race.cli.arguments import INDEX_HELP, CommandParser, canonical_pretty, index_named, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
@@ -36,26 +37,32 @@ def _parse_plan(name: str) -> LogicalPlan:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from planner import render_json, render_text
+    from planner.pictures import render_dot, render_mermaid
     from race.engine import Engine
 
+    fmt = output_format(args, ("text", "json", "dot", "mermaid"))
     logical = _parse_plan(args.plan)
     engine = open_engine(args)
     assert isinstance(engine, Engine)
     explain = engine.plan_sync(logical, where=args.plan)
-    sys.stdout.write(render_json(explain) if args.json else render_text(explain))
+    renderers = {"text": render_text, "json": render_json, "dot": render_dot, "mermaid": render_mermaid}
+    sys.stdout.write(renderers[fmt](explain))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from race.cli.render import receipt_json, receipt_text
+    from race.cli.analyzed import write_run
     from race.engine import Engine
 
+    fmt = output_format(args, ("text", "json", "html"))
+    if fmt == "html" and not args.analyze:
+        raise InputError("--format html draws an analysis: add --analyze", where="--format")
     logical = _parse_plan(args.plan)
     engine = open_engine(args)
     assert isinstance(engine, Engine)
     retain = Path(args.retain) if args.retain else None
-    receipt = engine.run_sync(logical, where=args.plan, retain=retain)
-    sys.stdout.write(receipt_json(receipt) if args.json else receipt_text(receipt))
+    receipt = engine.run_sync(logical, where=args.plan, retain=retain, analyze=args.analyze)
+    sys.stdout.write(write_run(receipt, fmt, analyze=args.analyze, title=f"race run --analyze {args.plan}"))
     if retain is not None:
         from race.state.artifacts import receipt_path
 
@@ -66,6 +73,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"race: mandatory obligations not satisfied: {', '.join(unmet)}", file=sys.stderr)
         return EXIT_UNMET_MANDATORY
     return 0
+
+
+def output_format(args: argparse.Namespace, choices: tuple[str, ...]) -> str:
+    """``--format``, or ``json`` for ``--json``; anything else is bad input."""
+    fmt = args.format or ("json" if args.json else "text")
+    if fmt not in choices:
+        raise InputError(f"unknown format {fmt!r} (one of {', '.join(choices)})", where="--format")
+    if args.json and fmt != "json":
+        raise InputError(f"--json and --format {fmt} disagree", where="--format")
+    return str(fmt)
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -208,12 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("plan", help="logical plan JSON file, or - for standard input")
         p.add_argument("--index", help=INDEX_HELP)
         p.add_argument("--catalog", metavar="FILE", help="the backend instances (race.catalog/1, TOML or JSON)")
-        p.add_argument("--json", action="store_true", help="canonical JSON output")
-        p.add_argument("--stats", help="operational statistics JSON to plan with instead of the index's own")
+        p.add_argument("--json", action="store_true", help="canonical JSON output (--format json)")
+        formats = "text, json, dot or mermaid (a picture of the memo)" if name == "plan" else "text, json or html"
+        p.add_argument("--format", help=f"output: {formats}; default text", metavar="FORMAT")
+        p.add_argument(
+            "--stats", help="statistics to plan with: race.stats/1 JSON (instead of the index's own) or learned JSONL"
+        )
         p.add_argument("--remote", action="append", metavar="URL", help="base URL of a `race serve` server")
         p.add_argument("--remote-timeout", type=seconds, default=5.0, metavar="S", help="HTTP timeout (default 5 s)")
         if name == "run":
             p.add_argument("--retain", metavar="DIR", help="keep every leg's response as an artifact for replay")
+            p.add_argument("--analyze", action="store_true", help="print the plan's estimates beside the run's actuals")
+            p.add_argument("--record-stats", metavar="FILE", help="append the run's measurements to a statistics file")
             p.add_argument(
                 "--no-early-stop",
                 action="store_true",
@@ -265,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_replay)
 
     add_evidence_commands(sub)
+    add_stats_command(sub)
 
     add_serve_command(sub)
 

@@ -3,4 +3,5 @@
 The executor and its legs (every backend call, with faults and deadlines, and the screening of
 each answer), the run context, obligations and their outcomes, the physical operators
 (``race.run.operators``, one module each), fusion, early stop and the score-sum threshold
-algorithm, collapse of copies, freshness (staleness), and the roles a corpus gives its fields."""
+algorithm, collapse of copies, freshness (staleness), the roles a corpus gives its fields, and
+where a run's time went (``race.run.clock``)."""

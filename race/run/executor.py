@@ -31,6 +31,7 @@ from race.receipt import (
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
 from race.run.freshness import Lineage
+from race.run.fusion import FUSION_SECONDS
 from race.run.legs import LegRecord, LegRunner, ScanCache
 from race.run.obligations import answer, not_attempted
 from race.run.operators import OPERATORS
@@ -79,6 +80,7 @@ class Executor:
         self._done: dict[str, Outcome] = {}
         self._running: dict[str, anyio.Event] = {}
         self._skipped: dict[str, set[str]] = {}
+        self._fusion = [0.0]
 
     # -- operational figures (never in the normalized receipt) ------------------------------
 
@@ -100,8 +102,17 @@ class Executor:
 
     # -- entry ------------------------------------------------------------------------------
 
+    @property
+    def fusion_seconds(self) -> float:
+        """The seconds spent fusing, in every task of the run (operational only)."""
+        return self._fusion[0]
+
     async def run(self) -> Outcome:
-        root = await self._node(self.explain.physical)
+        token = FUSION_SECONDS.set(self._fusion)
+        try:
+            root = await self._node(self.explain.physical)
+        finally:
+            FUSION_SECONDS.reset(token)
         for ob in self.plan.obligations:
             if ob.id in self.obligation_receipts:
                 continue

@@ -9,7 +9,9 @@ what Fagin's threshold algorithm stops early on (I9).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -55,11 +57,20 @@ def fuse(node: str, parts: Sequence[Outcome], spec: FusionSpec = RRF, *, top_k: 
 
     One input with hits keeps its own order; several fuse by RRF over their rankings (I11).
     Coverage and closure are the weakest of the inputs'; gaps are all of theirs."""
+    started = time.perf_counter()
     with span("race.fusion", node=node, inputs=[p.node for p in parts]) as traced:
         fused = _fuse(node, parts, spec, top_k=top_k)
         method = "rrf" if sum(1 for p in parts if p.items) > 1 else "single"
         traced.set(method=method, k=spec.k if method == "rrf" else None, items=len(fused.items))
+    spent = FUSION_SECONDS.get()
+    if spent is not None:
+        spent[0] += time.perf_counter() - started
     return fused
+
+
+FUSION_SECONDS: ContextVar[list[float] | None] = ContextVar("race_fusion_seconds", default=None)
+"""The seconds a run spent fusing (operational only): the executor sets a one-item list, each
+``fuse`` adds to it; the tasks of a run share it, since a task copies its parent's context."""
 
 
 def _fuse(node: str, parts: Sequence[Outcome], spec: FusionSpec, *, top_k: int | None) -> Outcome:

@@ -44,6 +44,7 @@ class LegRecord:
     cache: str
     hits: int
     outcome: str
+    model_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,8 @@ class LegRunner:
             self.cache.put(key, result)
             self.operational.cache["miss"] += 1
         self._answered[key] = result
-        record[label] = LegRecord(elapsed, "miss", len(result.hits), "ok" if malformed is None else "malformed")
+        outcome = "ok" if malformed is None else "malformed"
+        record[label] = LegRecord(elapsed, "miss", len(result.hits), outcome, result.model_calls)
         return Answer(result, gaps)
 
     async def _call(

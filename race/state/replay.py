@@ -254,8 +254,11 @@ class ReplaySession:
             # ValidationError is a ValueError; the message is pydantic's, made one line.
             detail = first_validation_error(exc) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
             raise ReplayError(f"plan artifact does not parse ({detail})", where=where) from exc
-        if explain.fingerprints.plan != receipt.fingerprints.plan or fingerprint(explain.physical) != (
-            receipt.fingerprints.physical
+        # Learned statistics' digest is part of a physical fingerprint they chose (the statistics fingerprint).
+        learned = fingerprint({"physical": explain.physical, "statistics": explain.fingerprints.statistics})
+        if explain.fingerprints.plan != receipt.fingerprints.plan or receipt.fingerprints.physical not in (
+            fingerprint(explain.physical),
+            learned,
         ):
             raise ReplayError("plan artifact does not match the receipt's plan and physical fingerprints", where=where)
         parts = explain.fingerprints

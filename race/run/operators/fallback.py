@@ -34,5 +34,3 @@ def _failed_stage(node: str, stage: Outcome, answered: Outcome) -> Gap:
     then = f"answered by stage {answered.node}" if not answered.failed else "no stage answered"
     # The failure itself counts where it happened; here it only explains the fallback's path.
     return gap(kind, node, f"fallback {node}: stage {stage.node} failed ({why}); {then}", caveat=not answered.failed)
-
-

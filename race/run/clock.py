@@ -1,0 +1,98 @@
+"""Where a run's time went: set-up, plan, pins, legs, fusion, receipt (operational only).
+
+The engine marks each phase as it ends; the executor's fusion time is taken out of the legs'
+phase. The figures go to ``operational``, never into the normalized receipt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from planner import Explain, Statistics
+from race.analysis import analyze
+from race.receipt import Operational, Receipt
+from race.run.executor import Executor
+from rsc import Contract
+
+Phase = Literal["plan", "pins", "legs", "receipt"]
+
+
+class RunClock:
+    """Started when the plan's deadline starts (after set-up)."""
+
+    def __init__(self, setup_s: float) -> None:
+        self.started = self._last = time.monotonic()
+        self.setup_ms = round(setup_s * 1000.0, 3)
+        self.phases: dict[str, float] = {"setup": self.setup_ms}
+
+    def mark(self, phase: Phase) -> None:
+        """The time since the last mark (or the start) was spent in ``phase``."""
+        now = time.monotonic()
+        self.phases[phase] = round((now - self._last) * 1000.0, 3)
+        self._last = now
+
+    def wall_ms(self) -> float:
+        return round((time.monotonic() - self.started) * 1000.0, 3)
+
+    def operational(
+        self,
+        plan_hit: bool,
+        receipt_cache: Literal["hit", "miss", "none"],
+        executor: Executor | None = None,
+    ) -> Operational:
+        """The run's operational figures; with ``executor``, its legs, calls, caches and fusion time."""
+        phases = dict(self.phases)
+        if executor is None:
+            return Operational(
+                wall_ms=self.wall_ms(),
+                setup_ms=self.setup_ms,
+                plan_cache="hit" if plan_hit else "miss",
+                receipt_cache=receipt_cache,
+                phases=phases,
+            )
+        fusion = round(executor.fusion_seconds * 1000.0, 3)
+        if "legs" in phases:
+            phases["legs"] = round(max(phases["legs"] - fusion, 0.0), 3)
+        phases["fusion"] = fusion
+        return Operational(
+            wall_ms=self.wall_ms(),
+            setup_ms=self.setup_ms,
+            plan_cache="hit" if plan_hit else "miss",
+            receipt_cache=receipt_cache,
+            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
+            calls=dict(sorted(executor.calls.items())),
+            result_cache=dict(executor.cache_counts),
+            model_calls_made=executor.model_calls_made,
+            phases=dict(sorted(phases.items())),
+        )
+
+    def replayed(self, executor: Executor, artifacts: int) -> Operational:
+        """A replay's figures: its time, legs and calls, and the retained responses it read."""
+        return Operational(
+            wall_ms=self.wall_ms(),
+            legs={k: vars(v) for k, v in sorted(executor.legs.items())},
+            calls=dict(sorted(executor.calls.items())),
+            replayed_artifacts=artifacts,
+        )
+
+
+def with_analysis(
+    operational: Operational,
+    explain: Explain,
+    receipt: Receipt,
+    contracts: Sequence[Contract],
+    statistics: Statistics,
+) -> Operational:
+    """``operational`` with the analysis of the run it measured (``race.analysis.analyze``)."""
+    analysis = analyze(
+        explain,
+        legs=operational.legs,
+        contracts={c.ref: c for c in contracts},
+        statistics=statistics,
+        phases=operational.phases,
+        wall_ms=operational.wall_ms,
+        gaps=tuple(f"{g.obligation}: {g.kind.value} {g.detail}" for g in receipt.gaps),
+    )
+    return operational.model_copy(update={"analysis": analysis})
