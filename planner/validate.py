@@ -22,6 +22,7 @@ class PlanGraph(Protocol):
     @property
     def root(self) -> str: ...
 
+
 # The longest root-to-leaf chain: a physical plan nests one level per node, and the
 # pydantic's serializer and the executor's recursion stop a few dozen levels past this.
 MAX_DEPTH_CEILING = 208

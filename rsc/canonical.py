@@ -99,10 +99,7 @@ def _normalize(value: Any, where: str) -> Any:
             out[key] = item if (t is str or t is int or t is bool or item is None) else _normalize(item, where)
         return out
     if kind is list or kind is tuple:
-        return [
-            item if (type(item) is str or type(item) is int) else _normalize(item, where)
-            for item in value
-        ]
+        return [item if (type(item) is str or type(item) is int) else _normalize(item, where) for item in value]
     if isinstance(value, BaseModel):
         return _model_data(value)
     if isinstance(value, bool | str | int):

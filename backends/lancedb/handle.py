@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from backends.lancedb.exact import ExactMatrix
     from backends.lancedb.matrix_store import MatrixStore
 
+
 class LanceIndex(Adapter):
     """A LanceDB index as planning sees it; the real ``LanceAdapter`` opens on first need."""
 
