@@ -11,9 +11,9 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rsc.canonical import CanonicalFloat
+from rsc.canonical import CanonicalFloat, canonical_json
 from rsc.vocab import FilterOp, GapKind, GapSeverity, ScoreKind
 
 Scalar = bool | str | int | CanonicalFloat
@@ -76,7 +76,13 @@ class Filter(Record):
     lte: Scalar | None = None
     """``range``: the inclusive upper bound, if any."""
     any_of: tuple[Filter, ...] = Field(default=(), exclude_if=lambda group: not group)
-    """``any_of``: the single-field filters of the group, at least one of which a row passes (OR)."""
+    """``any_of``: the single-field filters of the group, at least one of which a row passes (OR); kept in
+    canonical order, so that a group's members in any order are one filter (one fingerprint)."""
+
+    @field_validator("any_of", mode="after")
+    @classmethod
+    def _canonical_order(cls, members: tuple[Filter, ...]) -> tuple[Filter, ...]:
+        return tuple(sorted(members, key=canonical_json))
 
     @model_validator(mode="after")
     def _shape(self) -> Filter:

@@ -229,6 +229,14 @@ def test_a_group_applied_after_ranking_never_claims_exhaustive(ops_index: Path) 
     assert all(g.kind is not GapKind.UNSUPPORTED_FILTER for g in gaps)
 
 
+def test_a_group_is_one_filter_whatever_the_order_of_its_members(ops_index: Path) -> None:
+    engine = Engine.open(ops_index)
+    swapped = {**GROUP, "any_of": list(reversed(GROUP["any_of"]))}
+    first = engine.plan_sync(_plan(GROUP, "tantivy.bm25"))
+    assert first.fingerprints == engine.plan_sync(_plan(swapped, "tantivy.bm25")).fingerprints
+    assert first.model_dump_json() == engine.plan_sync(_plan(swapped, "tantivy.bm25")).model_dump_json()
+
+
 def test_the_search_api_writes_every_operator(ops_index: Path, rows: dict[str, dict[str, Any]]) -> None:
     where = (Field("team") != "payments") | Field("folder").startswith("runbooks/") | Field("tags").exists()
     where = where & Field("severity").not_in([4])
