@@ -4,7 +4,9 @@ the index's corpus schema calls for.
 The template's identity fields (``doc_id``, ``chunk_id``) keep their entries; every other
 entry is replaced by one per filterable schema field, with the template's own support class
 for metadata (its ``doc_id`` entry: a backend filters every stored field the same way) and
-the operators that field's type has (``range`` only for dates, datetimes and numbers). A
+the operators that field's type has (``range`` only for dates, datetimes and numbers) among
+those the template's metadata entry declares (``ne``, ``not_in``, ``exists``, ``any_of``;
+``prefix`` only for single-valued keywords). A
 contract therefore never claims a field the index does not hold. For the bundled corpus's
 schema the generated contracts are the shipped ones, byte for byte (a test checks it).
 
@@ -18,7 +20,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from backends.ingest.schema import ORDERED_TYPES, CorpusSchema
+from backends.ingest.schema import ORDERED_TYPES, CorpusSchema, FieldType
 from rsc import Contract, FilterOp, FilterSupport, canonical_pretty, load_contract
 
 IDENTITY_FIELDS = ("chunk_id", "doc_id")
@@ -36,8 +38,15 @@ def generate_contract(template: Contract, schema: CorpusSchema) -> Contract:
             ops: tuple[FilterOp, ...] = (FilterOp.EQ, FilterOp.IN)
             if spec.type in ORDERED_TYPES:
                 ops = (*ops, FilterOp.RANGE)
+            ops += tuple(op for op in metadata_support.ops if op in field_ops(spec.type) and op not in ops)
             filters[name] = metadata_support.model_copy(update={"ops": ops})
     return template.model_copy(update={"filters": dict(sorted(filters.items()))})
+
+
+def field_ops(kind: FieldType) -> tuple[FilterOp, ...]:
+    """The operators beyond ``eq``, ``in`` and ``range`` that mean something on a field of ``kind``."""
+    prefix = (FilterOp.PREFIX,) if kind is FieldType.KEYWORD else ()
+    return (FilterOp.NE, FilterOp.NOT_IN, *prefix, FilterOp.EXISTS, FilterOp.ANY_OF)
 
 
 def generate_contracts(templates: Sequence[Contract], schema: CorpusSchema) -> tuple[Contract, ...]:

@@ -17,6 +17,7 @@ BENCHMARKS = (
     ("benchmarks.bench_executor", ()),
     ("benchmarks.bench_graph_expansion", ("graph_expansion",)),
     ("benchmarks.bench_filtered_vectors", ("filtered_vectors",)),
+    ("benchmarks.bench_filter_operators", ("filter_operators",)),
     ("benchmarks.bench_exact_vectors", ("exact_vectors",)),
     ("benchmarks.bench_matrix_write", ("matrix_write",)),
     ("benchmarks.bench_early_stop", ("early_stop",)),

@@ -61,25 +61,39 @@ def selectivity(stats: BackendStatistics | None, filters: Sequence[Filter]) -> t
     """Fraction of rows passing every filter (independence assumed) and how it was known."""
     result, basis = 1.0, []
     for flt in filters:
-        counts = stats.value_counts.get(flt.field) if stats else None
-        rows = stats.rows if stats else 0
-        if counts and rows and flt.op in (FilterOp.EQ, FilterOp.IN):
-            values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
-            matched = sum(counts.get(str(v), 0) for v in values)
-            fraction = matched / rows
-            basis.append(f"{flt.field}: {matched}/{rows} rows")
-        elif counts and rows and flt.op is FilterOp.RANGE:
-            # The counted values are a complete histogram of the field: a range keeps exactly
-            # the values it matches, compared as the filter compares them.
-            bound = flt.gte if flt.gte is not None else flt.lte
-            matched = sum(n for value, n in counts.items() if flt.matches({flt.field: _typed(value, bound)}))
-            fraction = matched / rows
-            basis.append(f"{flt.field}: {matched}/{rows} rows in range")
-        else:
-            fraction = UNKNOWN_SELECTIVITY
-            basis.append(f"{flt.field}: no counts, assumed {UNKNOWN_SELECTIVITY}")
+        if flt.op is FilterOp.ANY_OF:
+            # An OR of independent members: a row fails the group only by failing every member.
+            missed, parts = 1.0, []
+            for leaf in flt.any_of:
+                fraction, why = _one_selectivity(stats, leaf)
+                missed *= 1.0 - fraction
+                parts.append(why)
+            result *= 1.0 - missed
+            basis.append("any of (" + "; ".join(parts) + ")")
+            continue
+        fraction, why = _one_selectivity(stats, flt)
         result *= fraction
+        basis.append(why)
     return result, "; ".join(basis) or "no filter"
+
+
+def _one_selectivity(stats: BackendStatistics | None, flt: Filter) -> tuple[float, str]:
+    counts = stats.value_counts.get(flt.field) if stats else None
+    rows = stats.rows if stats else 0
+    if counts and rows and flt.op in (FilterOp.EQ, FilterOp.IN):
+        values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
+        matched = sum(counts.get(str(v), 0) for v in values)
+        return matched / rows, f"{flt.field}: {matched}/{rows} rows"
+    if counts and rows:
+        # The counted values are a complete histogram of the field (rows without it are not
+        # counted): the filter keeps exactly the values it matches, compared as it compares them.
+        like = flt.gte if flt.gte is not None else flt.lte if flt.op is FilterOp.RANGE else flt.value
+        if flt.op is FilterOp.NOT_IN:
+            like = flt.values[0]
+        matched = sum(n for value, n in counts.items() if flt.matches({flt.field: _typed(value, like)}))
+        suffix = " in range" if flt.op is FilterOp.RANGE else f" ({flt.op.value})"
+        return matched / rows, f"{flt.field}: {matched}/{rows} rows{suffix}"
+    return UNKNOWN_SELECTIVITY, f"{flt.field}: no counts, assumed {UNKNOWN_SELECTIVITY}"
 
 
 def _typed(counted: str, like: object) -> str | int | float:

@@ -20,6 +20,7 @@ from rsc import (
     ContractEgress,
     Egress,
     Filter,
+    FilterOp,
     FilterSupport,
     FilterSupportClass,
     GapKind,
@@ -40,7 +41,7 @@ LossKind = Literal["pushed_exact", "pushed_ann", "residual_postfilter", "impossi
 
 class FilterLoss(Record):
     field: str
-    """The field filtered on."""
+    """The field filtered on (an ``any_of`` group's fields, comma-separated)."""
     filter: str
     """The filter, as text."""
     translation: LossKind
@@ -75,14 +76,14 @@ def check_filter_fields(plan: LogicalPlan, contracts: Sequence[Contract], *, whe
     """A filter on a field that no contract knows is an input error, not a quiet miss."""
     known = known_filter_fields(contracts)
     for ob in plan.obligations:
-        for flt in (*ob.hard_filters, *ob.soft_filters):
+        for flt in (leaf for f in (*ob.hard_filters, *ob.soft_filters) for leaf in f.leaves()):
             if flt.field not in known:
                 raise UnknownFilterField(
                     f"obligation {ob.id!r} filters on unknown field {flt.field!r} (known: {', '.join(sorted(known))})",
                     where=where,
                 )
     for op in plan.operators:
-        for flt in getattr(op, "filters", ()):
+        for flt in (leaf for f in getattr(op, "filters", ()) for leaf in f.leaves()):
             if flt.field not in known:
                 raise UnknownFilterField(f"operator {op.id!r} filters on unknown field {flt.field!r}", where=where)
 
@@ -145,7 +146,9 @@ def translate(
     measured_here = contract.calibration is not None
     for flt in filters:
         support = contract.filters.get(flt.field, _UNSUPPORTED)
-        if losses_seen is None:
+        if flt.op is FilterOp.ANY_OF:
+            loss = group_loss(contract, flt, calibrated=measured_here)
+        elif losses_seen is None:
             loss = filter_loss(support, flt, calibrated=measured_here)
         else:
             key = (support.support, support.ops, support.profile, support.recall, measured_here, flt)
@@ -345,6 +348,34 @@ def filter_loss(support: FilterSupport, flt: Filter, *, calibrated: bool = True)
             detail=f"filtered ANN ({support.profile}), calibrated recall {support.recall} (lower bound on this index)",
         )
     return FilterLoss(field=flt.field, filter=desc, translation="pushed_exact", detail="exact prefilter")
+
+
+_STRENGTH: dict[str, int] = {"impossible": 0, "residual_postfilter": 1, "pushed_ann": 2, "pushed_exact": 3}
+
+
+def group_loss(contract: Contract, group: Filter, *, calibrated: bool = True) -> FilterLoss:
+    """How an ``any_of`` group translates: as its weakest member. Every member's field must
+    list ``any_of`` among its ops (the backend can take that field inside an OR); a member
+    the contract cannot apply makes the group impossible, one it applies only after ranking
+    makes the whole group a postfilter. A group pushed into a filtered ANN promises no recall:
+    the contract measured recall field by field, never for an OR of fields."""
+    desc = group.describe()
+    members = []
+    for leaf in group.any_of:
+        support = contract.filters.get(leaf.field, _UNSUPPORTED)
+        if support.support is not FilterSupportClass.UNSUPPORTED and FilterOp.ANY_OF not in support.ops:
+            why = f"{leaf.field}: op any_of unsupported (the field cannot be filtered inside an OR)"
+            return FilterLoss(field=leaf.field, filter=desc, translation="impossible", detail=why)
+        members.append(filter_loss(support, leaf, calibrated=calibrated))
+    weakest_member = min(members, key=lambda loss: _STRENGTH[loss.translation])
+    fields = ",".join(sorted({leaf.field for leaf in group.any_of}))
+    if weakest_member.translation == "impossible":
+        detail = f"{weakest_member.field}: {weakest_member.detail}"
+        return FilterLoss(field=fields, filter=desc, translation="impossible", detail=detail)
+    if weakest_member.translation == "pushed_ann":
+        detail = "filtered ANN over an OR of fields: no recall measured for the group, nothing promised"
+        return FilterLoss(field=fields, filter=desc, translation="pushed_ann", detail=detail)
+    return weakest_member.model_copy(update={"field": fields, "filter": desc})
 
 
 def contract_strategy(contract: Contract) -> Strategy:

@@ -40,8 +40,10 @@ QUERY_CLASS: dict[str, str] = {
 class Field:
     """A metadata field in a filter expression: ``Field("status") == "fixed"``,
     ``Field("version").isin(["1.2", "1.3"])``, ``Field("date") >= "2024-01-01"``,
-    ``Field("date").between("2024-01-01", "2024-12-31")``; join them with ``&`` (every one must
-    hold). Each becomes one of the plan's typed hard filters."""
+    ``Field("date").between("2024-01-01", "2024-12-31")``, ``Field("status") != "fixed"``,
+    ``Field("version").not_in(["1.2"])``, ``Field("path").startswith("docs/mail/")``,
+    ``Field("date").exists()``; join them with ``&`` (every one must hold) or ``|`` (at least one:
+    an ``any_of`` group of single-field filters). Each becomes one of the plan's typed hard filters."""
 
     def __init__(self, name: str) -> None:
         if not name:
@@ -51,8 +53,29 @@ class Field:
     def __eq__(self, value: object) -> Where:  # type: ignore[override]
         return Where(({"field": self.name, "op": "eq", "value": _scalar(value, self.name)},))
 
+    def __ne__(self, value: object) -> Where:  # type: ignore[override]
+        """Rows whose field has a value other than ``value`` (a row without the field: no)."""
+        return Where(({"field": self.name, "op": "ne", "value": _scalar(value, self.name)},))
+
     def __hash__(self) -> int:
         return hash(self.name)
+
+    def not_in(self, values: Iterable[Scalar]) -> Where:
+        """Rows whose field has a value, none of ``values`` (a row without the field: no)."""
+        found = [_scalar(v, self.name) for v in values]
+        if not found:
+            raise InputError(f"field {self.name!r}: not_in needs at least one value", where="where")
+        return Where(({"field": self.name, "op": "not_in", "values": found},))
+
+    def startswith(self, prefix: str) -> Where:
+        """Rows whose (keyword) field starts with ``prefix``, taken literally (no wildcards)."""
+        if not isinstance(prefix, str) or not prefix:
+            raise InputError(f"field {self.name!r}: startswith needs a non-empty string", where="where")
+        return Where(({"field": self.name, "op": "prefix", "value": prefix},))
+
+    def exists(self) -> Where:
+        """Rows that have a value for the field."""
+        return Where(({"field": self.name, "op": "exists"},))
 
     def isin(self, values: Iterable[Scalar]) -> Where:
         found = [_scalar(v, self.name) for v in values]
@@ -81,6 +104,19 @@ class Where:
 
     def __and__(self, other: Where) -> Where:
         return Where(self.filters + other.filters)
+
+    def __or__(self, other: Where) -> Where:
+        """At least one side holds: one ``any_of`` group of the sides' single-field filters."""
+        return Where(({"op": "any_of", "any_of": [*self._members(), *other._members()]},))
+
+    def _members(self) -> list[dict[str, Any]]:
+        if len(self.filters) != 1:
+            raise InputError(
+                "'|' joins single filters (an any_of group holds single-field filters, not '&' of several)",
+                where="where",
+            )
+        only = self.filters[0]
+        return [dict(f) for f in only["any_of"]] if only.get("op") == "any_of" else [dict(only)]
 
     def __repr__(self) -> str:
         return f"Where({list(self.filters)!r})"
@@ -118,7 +154,7 @@ def filters_of(where: WhereInput) -> list[dict[str, Any]]:
     if isinstance(where, Where):
         return [dict(f) for f in where.filters]
     if isinstance(where, Mapping):
-        if "field" in where and "op" in where:
+        if "op" in where and ("field" in where or "any_of" in where):
             return [dict(where)]
         out: list[dict[str, Any]] = []
         for name, value in where.items():

@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from rsc.calibration import Calibration
 from rsc.canonical import CanonicalFloat, read_json
 from rsc.errors import ContractError
-from rsc.records import Record
+from rsc.records import Filter, Record
 from rsc.version import Version, is_semver
 from rsc.vocab import (
     ContractEgress,
@@ -186,6 +186,26 @@ class Contract(Record):
 
     def filter_support(self, field: str) -> FilterSupport:
         return self.filters.get(field, FilterSupport(support=FilterSupportClass.UNSUPPORTED, ops=()))
+
+    def filter_supports(self, flt: Filter) -> tuple[FilterSupport, ...]:
+        """The support of each field ``flt`` filters on; a field whose ops lack the filter's
+        operator (or, inside an ``any_of`` group, lack ``any_of``) counts as unsupported."""
+        group = flt.op is FilterOp.ANY_OF
+        found = []
+        for leaf in flt.leaves():
+            support = self.filter_support(leaf.field)
+            if leaf.op not in support.ops or (group and FilterOp.ANY_OF not in support.ops):
+                support = FilterSupport(support=FilterSupportClass.UNSUPPORTED, ops=())
+            found.append(support)
+        return tuple(found)
+
+    def applies(self, flt: Filter) -> bool:
+        """Whether the backend can apply ``flt`` at all (natively or after ranking)."""
+        return all(s.support is not FilterSupportClass.UNSUPPORTED for s in self.filter_supports(flt))
+
+    def prefilters_exactly(self, flt: Filter) -> bool:
+        """Whether the backend applies ``flt`` exactly, before ranking."""
+        return all(s.support is FilterSupportClass.NATIVE_PREFILTER_EXACT for s in self.filter_supports(flt))
 
 
 def parse_contract(data: bytes | str, *, where: str) -> Contract:

@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rsc.canonical import CanonicalFloat
+from rsc.canonical import CanonicalFloat, canonical_json
 from rsc.vocab import FilterOp, GapKind, GapSeverity, ScoreKind
 
 Scalar = bool | str | int | CanonicalFloat
@@ -40,54 +40,130 @@ def _comparable(value: Scalar) -> tuple[int, Any]:
     return (2, str(value))
 
 
-class Filter(Record):
-    """A typed filter on one metadata field. Text can never produce one (I14)."""
+_OPERANDS: dict[FilterOp, frozenset[str]] = {
+    FilterOp.EQ: frozenset({"value"}),
+    FilterOp.NE: frozenset({"value"}),
+    FilterOp.PREFIX: frozenset({"value"}),
+    FilterOp.IN: frozenset({"values"}),
+    FilterOp.NOT_IN: frozenset({"values"}),
+    FilterOp.RANGE: frozenset({"gte", "lte"}),
+    FilterOp.EXISTS: frozenset(),
+    FilterOp.ANY_OF: frozenset({"any_of"}),
+}
+_NEW_OPS = frozenset({FilterOp.NE, FilterOp.NOT_IN, FilterOp.PREFIX, FilterOp.EXISTS, FilterOp.ANY_OF})
 
-    field: Annotated[str, Field(min_length=1)]
-    """The metadata field filtered on, as the corpus schema names it."""
+
+class Filter(Record):
+    """A typed filter on one metadata field, or an ``any_of`` group of them. Text can never
+    produce one (I14).
+
+    A row whose field is absent (or null) passes no single-field filter, ``ne`` and ``not_in``
+    included: SQL's (and LanceDB's and Milvus's) null semantics. A multi-valued keyword passes
+    ``eq``, ``in``, ``prefix`` and ``range`` when any of its values does, and ``ne``/``not_in``
+    when none of its values equals an operand."""
+
+    field: str = ""
+    """The metadata field filtered on, as the corpus schema names it (empty for ``any_of``)."""
     op: FilterOp = FilterOp.EQ
-    """``eq`` (needs ``value``), ``in`` (needs non-empty ``values``) or ``range`` (needs ``gte`` and/or ``lte``)."""
+    """``eq``/``ne`` (need ``value``), ``in``/``not_in`` (need non-empty ``values``), ``range`` (needs ``gte``
+    and/or ``lte``), ``prefix`` (a string ``value`` the field's string starts with), ``exists`` (no operand: the
+    field has a value) or ``any_of`` (non-empty ``any_of``, no ``field``: at least one of those filters passes)."""
     value: Scalar | None = None
-    """The value an ``eq`` filter matches."""
+    """The value an ``eq`` or ``ne`` filter compares with, or the string a ``prefix`` filter starts with."""
     values: tuple[Scalar, ...] = ()
-    """The values an ``in`` filter matches (any one of them)."""
+    """The values an ``in`` filter matches (any one of them) or a ``not_in`` filter excludes (every one)."""
     gte: Scalar | None = None
     """``range``: the inclusive lower bound (a date as ``YYYY-MM-DD``, a number), if any."""
     lte: Scalar | None = None
     """``range``: the inclusive upper bound, if any."""
+    any_of: tuple[Filter, ...] = Field(default=(), exclude_if=lambda group: not group)
+    """``any_of``: the single-field filters of the group, at least one of which a row passes (OR); kept in
+    canonical order, so that a group's members in any order are one filter (one fingerprint)."""
+
+    @field_validator("any_of", mode="after")
+    @classmethod
+    def _canonical_order(cls, members: tuple[Filter, ...]) -> tuple[Filter, ...]:
+        return tuple(sorted(members, key=canonical_json))
 
     @model_validator(mode="after")
     def _shape(self) -> Filter:
-        if self.op is FilterOp.EQ and self.value is None:
-            raise ValueError(f"filter on {self.field!r}: op 'eq' needs 'value'")
-        if self.op is FilterOp.IN and not self.values:
-            raise ValueError(f"filter on {self.field!r}: op 'in' needs non-empty 'values'")
-        if self.op is FilterOp.RANGE and self.gte is None and self.lte is None:
-            raise ValueError(f"filter on {self.field!r}: op 'range' needs 'gte' and/or 'lte'")
+        op, where = self.op, f"filter on {self.field!r}" if self.field else "filter"
+        if op is FilterOp.ANY_OF:
+            if self.field:
+                raise ValueError(f"{where}: op 'any_of' takes no 'field' (each filter of the group names its own)")
+            if not self.any_of:
+                raise ValueError("filter: op 'any_of' needs a non-empty 'any_of' list of filters")
+            if any(f.op is FilterOp.ANY_OF for f in self.any_of):
+                raise ValueError("filter: an 'any_of' group holds single-field filters, not another group")
+        elif not self.field:
+            raise ValueError(f"filter: op {op.value!r} needs 'field'")
+        if op in (FilterOp.EQ, FilterOp.NE) and self.value is None:
+            raise ValueError(f"{where}: op {op.value!r} needs 'value'")
+        if op in (FilterOp.IN, FilterOp.NOT_IN) and not self.values:
+            raise ValueError(f"{where}: op {op.value!r} needs non-empty 'values'")
+        if op is FilterOp.RANGE and self.gte is None and self.lte is None:
+            raise ValueError(f"{where}: op 'range' needs 'gte' and/or 'lte'")
+        if op is FilterOp.PREFIX and not (isinstance(self.value, str) and self.value):
+            raise ValueError(f"{where}: op 'prefix' needs a non-empty string 'value'")
+        if op in _NEW_OPS:
+            given = {"value", "values", "gte", "lte", "any_of"} & self.model_fields_set
+            stray = sorted(name for name in given - _OPERANDS[op] if getattr(self, name) not in (None, ()))
+            if stray:
+                raise ValueError(f"{where}: op {op.value!r} takes no {', '.join(repr(s) for s in stray)}")
+        if op is not FilterOp.ANY_OF and self.any_of:
+            raise ValueError(f"{where}: 'any_of' belongs to op 'any_of' only")
         return self
 
+    def leaves(self) -> tuple[Filter, ...]:
+        """The single-field filters this filter is made of: itself, or its group's members."""
+        return self.any_of if self.op is FilterOp.ANY_OF else (self,)
+
     def matches(self, metadata: Mapping[str, MetadataValue]) -> bool:
-        if self.field not in metadata:
+        if self.op is FilterOp.ANY_OF:
+            return any(f.matches(metadata) for f in self.any_of)
+        value = metadata.get(self.field)
+        if value is None:
             return False
-        value = metadata[self.field]
+        if self.op is FilterOp.EXISTS:
+            return True
         if isinstance(value, tuple | list):
-            # A multi-valued keyword matches when any of its values does.
+            if self.op in (FilterOp.NE, FilterOp.NOT_IN):
+                # A multi-valued keyword is "not equal" when none of its values is equal.
+                return not any(self._positive({self.field: item}) for item in value)
+            # It matches the other operators when any of its values does.
             return any(self.matches({self.field: item}) for item in value)
+        if self.op in (FilterOp.NE, FilterOp.NOT_IN):
+            return not self._positive(metadata)
+        return self._positive(metadata)
+
+    def _positive(self, metadata: Mapping[str, MetadataValue]) -> bool:
+        """``eq``, ``in``, ``prefix`` and ``range`` on one scalar; ``ne``/``not_in`` as their ``eq``/``in``."""
+        value = metadata[self.field]
+        assert not isinstance(value, tuple | list)
         actual = _comparable(value)
-        if self.op is FilterOp.EQ:
+        if self.op in (FilterOp.EQ, FilterOp.NE):
             assert self.value is not None
             return actual == _comparable(self.value)
-        if self.op is FilterOp.IN:
+        if self.op in (FilterOp.IN, FilterOp.NOT_IN):
             return actual in {_comparable(v) for v in self.values}
+        if self.op is FilterOp.PREFIX:
+            return isinstance(value, str) and value.startswith(str(self.value))
         low_ok = self.gte is None or (actual[0] == _comparable(self.gte)[0] and actual >= _comparable(self.gte))
         high_ok = self.lte is None or (actual[0] == _comparable(self.lte)[0] and actual <= _comparable(self.lte))
         return low_ok and high_ok
 
     def describe(self) -> str:
-        if self.op is FilterOp.EQ:
-            return f"{self.field} = {self.value!r}"
-        if self.op is FilterOp.IN:
-            return f"{self.field} in {list(self.values)!r}"
+        op = self.op
+        if op is FilterOp.ANY_OF:
+            return "(" + " or ".join(f.describe() for f in self.any_of) + ")"
+        if op in (FilterOp.EQ, FilterOp.NE):
+            return f"{self.field} {'=' if op is FilterOp.EQ else '!='} {self.value!r}"
+        if op in (FilterOp.IN, FilterOp.NOT_IN):
+            return f"{self.field} {'in' if op is FilterOp.IN else 'not in'} {list(self.values)!r}"
+        if op is FilterOp.PREFIX:
+            return f"{self.field} starts with {self.value!r}"
+        if op is FilterOp.EXISTS:
+            return f"{self.field} exists"
         low = "" if self.gte is None else f"{self.gte!r} <= "
         high = "" if self.lte is None else f" <= {self.lte!r}"
         return f"{low}{self.field}{high}"

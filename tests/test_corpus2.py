@@ -88,8 +88,18 @@ def test_the_generated_contracts_carry_the_schema_fields(engine2: Engine) -> Non
         assert "doc_type" not in contract.filters
         assert "reporter" not in contract.filters, "a field declared not filterable is never in a contract"
         assert {"team", "tenant", "severity", "tags", "opened", "state", "resolved", "cost"} <= set(contract.filters)
-    assert [op.value for op in contracts["tantivy.bm25"].filters["severity"].ops] == ["eq", "in", "range"]
-    assert [op.value for op in contracts["tantivy.bm25"].filters["tags"].ops] == ["eq", "in"]
+    severity = [op.value for op in contracts["tantivy.bm25"].filters["severity"].ops]
+    assert severity == ["eq", "in", "range", "ne", "not_in", "exists", "any_of"]
+    # prefix only on a single-valued keyword.
+    assert [op.value for op in contracts["tantivy.bm25"].filters["tags"].ops] == [
+        "eq",
+        "in",
+        "ne",
+        "not_in",
+        "exists",
+        "any_of",
+    ]
+    assert "prefix" in [op.value for op in contracts["tantivy.bm25"].filters["team"].ops]
     flat = contracts["lancedb.flat_prefilter"].filters["opened"]
     assert flat.support is FilterSupportClass.NATIVE_PREFILTER_EXACT
     assert contracts["lancedb.ann_postfilter"].filters["team"].support is FilterSupportClass.POSTFILTER_ONLY

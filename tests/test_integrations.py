@@ -135,10 +135,22 @@ def test_haystack_filters_narrow_the_where_and_what_race_cannot_hold_is_refused(
     for d in documents:
         assert d.meta["status"] == "final" and d.meta["doc_type"] in ("incident", "advisory")
         assert d.meta["date"] >= "2024-06-01"
-    either = {"operator": "OR", "conditions": [{"field": "meta.doc_type", "operator": "==", "value": "incident"}]}
-    with pytest.raises(InputError, match="'OR' cannot be a RACE hard filter") as raised:
-        retriever.run(QUERY, filters=either)
+    either = {
+        "operator": "OR",
+        "conditions": [
+            {"field": "meta.doc_type", "operator": "==", "value": "incident"},
+            {"field": "meta.component", "operator": "!=", "value": "storage"},
+        ],
+    }
+    documents = retriever.run(QUERY, top_k=5, filters=either)["documents"]
+    assert documents and all(d.meta["doc_type"] == "incident" or d.meta["component"] != "storage" for d in documents)
+    negated = {"operator": "NOT", "conditions": [{"field": "meta.doc_type", "operator": "==", "value": "incident"}]}
+    with pytest.raises(InputError, match="'NOT' cannot be a RACE hard filter") as raised:
+        retriever.run(QUERY, filters=negated)
     assert raised.value.where == "filters"
+    nested = {"operator": "OR", "conditions": [filters]}
+    with pytest.raises(InputError, match="an OR filter joins comparisons"):
+        retriever.run(QUERY, filters=nested)
 
 
 def test_a_haystack_pipeline_serializes_by_index_path_and_refuses_an_engine_object(

@@ -21,6 +21,7 @@ from backends.sharding.sharded import ShardedAdapter
 from backends.tantivy import TantivyAdapter
 from tests.backends.test_conformance import (  # noqa: F401 - collected here over the sharded adapters
     test_every_contract_has_a_sample_and_names_its_backend,
+    test_every_operator_is_applied_as_declared_or_declared_impossible,
     test_filter_support_classes_are_honest,
     test_ordering_score_kind_model_calls_and_custody,
     test_random_access_scores_named_rows_as_sorted_access_does,

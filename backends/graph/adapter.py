@@ -212,8 +212,7 @@ class GraphAdapter(Adapter):
                 f"graph serves no {request.rsc_id}@{request.rsc_version} in mode {request.mode!r}", where=request.rsc_id
             )
         for flt in (*request.pushed, *request.residual):
-            support = contract.filter_support(flt.field)
-            if flt.op not in support.ops:
+            if not contract.applies(flt):
                 raise BackendUnavailable(
                     f"filter {flt.describe()} is not supported by {contract.ref}", where=request.rsc_id
                 )

@@ -182,18 +182,29 @@ class CorpusSchema(Record):
 
 def check_filter(schema: CorpusSchema, flt: Filter, *, where: str) -> None:
     """A filter on a schema field whose values could never be that field's values is bad input
-    (``PlanError``). Whether an operator is supported (``range`` on a keyword is not) is the
-    contracts' to say, as an ``unsupported_filter`` gap; fields the schema does not declare
-    (``doc_id``, ``chunk_id``) are left to the contracts too."""
+    (``PlanError``), as is a ``prefix`` on a field whose values are not strings. Whether an
+    operator is supported (``range`` on a keyword is not) is the contracts' to say, as an
+    ``unsupported_filter`` gap; fields the schema does not declare (``doc_id``, ``chunk_id``)
+    are left to the contracts too. An ``any_of`` group is checked member by member."""
+    for leaf in flt.leaves():
+        _check_leaf(schema, leaf, where=where)
+
+
+def _check_leaf(schema: CorpusSchema, flt: Filter, *, where: str) -> None:
     spec = schema.fields.get(flt.field)
     if spec is None:
         return
     if not spec.filterable:
         raise PlanError(f"filter on {flt.field!r}: the corpus schema declares it not filterable", where=where)
-    operands = [flt.value] if flt.op is FilterOp.EQ else list(flt.values) if flt.op is FilterOp.IN else []
+    if flt.op is FilterOp.PREFIX and spec.type not in (FieldType.KEYWORD, FieldType.KEYWORDS):
+        raise PlanError(f"filter on {flt.field!r} ({spec.type.value}): op 'prefix' needs a keyword field", where=where)
+    single = (FilterOp.EQ, FilterOp.NE, FilterOp.PREFIX)
+    operands = [flt.value] if flt.op in single else list(flt.values)
     operands += [b for b in (flt.gte, flt.lte) if flt.op is FilterOp.RANGE and b is not None]
     element = FieldType.KEYWORD if spec.type is FieldType.KEYWORDS else spec.type
     for operand in operands:
+        if operand is None:
+            continue
         problem = _operand_problem(element, operand)
         if problem:
             raise PlanError(f"filter on {flt.field!r} ({spec.type.value}): {problem}", where=where)

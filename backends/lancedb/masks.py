@@ -2,7 +2,8 @@
 exact matrix (``backends/lancedb/exact.py``).
 
 A value matches an operand of its own type class only (booleans, numbers, strings), with the
-semantics of ``Filter.matches``; a range needs both bounds' class.
+semantics of ``Filter.matches``; a range needs both bounds' class. ``ne``, ``not_in``,
+``prefix`` and ``exists`` are judged by ``Filter.matches`` over the distinct values.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 TypedKey = tuple[int, Any]
+_JUDGED = frozenset({FilterOp.NE, FilterOp.NOT_IN, FilterOp.PREFIX, FilterOp.EXISTS})
+"""Operators resolved by ``Filter.matches`` itself over the column's distinct values."""
 
 
 def typed_key(value: Any) -> TypedKey:
@@ -91,6 +94,10 @@ class Column:
         return np.concatenate([scalars, np.asarray(others, dtype=np.int64)])
 
     def _scalars(self, flt: Filter) -> npt.NDArray[np.int64]:
+        if flt.op in _JUDGED:
+            # Judged one distinct value at a time (O(values)); code 0, the absent field, never passes.
+            passing = [code for code, key in enumerate(self.keys, start=1) if flt.matches({self.field: key[1]})]
+            return np.asarray(passing, dtype=np.int64)
         if flt.op is FilterOp.EQ:
             assert flt.value is not None
             found = self.lookup.get(typed_key(flt.value))
@@ -151,6 +158,8 @@ def filter_key(flt: Filter) -> Hashable:
     """A filter with each operand's type: ``Filter`` equality (and its JSON) has True == 1,
     which match different rows."""
     values = flt.values
+    if flt.op is FilterOp.ANY_OF:
+        return (flt.op.value, tuple(filter_key(member) for member in flt.any_of))
     return (
         flt.field,
         flt.op.value,

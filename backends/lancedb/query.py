@@ -8,13 +8,13 @@ afterwards. Filters are written as SQL literals of their column's type (``filter
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from backends.ingest.schema import CorpusSchema, FieldType, datetime_micros, default_schema
+from backends.ingest.schema import CorpusSchema, FieldSpec, FieldType, datetime_micros, default_schema
 from rsc import BackendUnavailable, Filter, FilterOp, ScanRequest
 
 if TYPE_CHECKING:  # LanceDB is imported by the legs that read the table, not by the exact matrix
@@ -130,41 +130,63 @@ def filter_sql(filters: Sequence[Filter], schema: CorpusSchema | None = None) ->
 
     Each operand is written as a literal of its column's type; one that no stored value can
     equal matches nothing (``FALSE``) rather than being cast. A multi-valued keyword matches
-    when it holds any of the values (``array_has_any``).
+    when it holds any of the values (``array_has_any``), ``ne``/``not_in`` when it holds none.
+    A null column fails every comparison (``ne`` included), as in ``Filter.matches``; a
+    ``prefix`` is ``starts_with`` (no wildcard in the value means anything); an ``any_of``
+    group is an ``OR`` of its members.
     """
     fields = (schema or default_schema()).filterable()
-    parts: list[str] = []
-    for flt in filters:
-        spec = fields.get(flt.field)
-        if spec is None and flt.field not in IDENTITY_FIELDS:
-            raise BackendUnavailable(f"lancedb cannot filter on field {flt.field!r}", where="lancedb")
-        kind = spec.type if spec is not None else FieldType.KEYWORD
-        column = f"`{flt.field}`"
-        if flt.op in (FilterOp.EQ, FilterOp.IN):
-            operands = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
-            literals = [lit for lit in (_sql_literal(kind, v) for v in operands) if lit is not None]
-            if not literals:
-                parts.append("FALSE")
-            elif kind is FieldType.KEYWORDS:
-                parts.append(f"array_has_any({column}, [{', '.join(literals)}])")
-            elif len(literals) == 1 and flt.op is FilterOp.EQ:
-                parts.append(f"{column} = {literals[0]}")
-            else:
-                parts.append(f"{column} IN ({', '.join(literals)})")
-        else:
-            if kind not in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
-                raise BackendUnavailable(
-                    f"range filter on keyword field {flt.field!r} is not supported", where="lancedb"
-                )
-            bounds = [(">=", flt.gte), ("<=", flt.lte)]
-            for op, bound in bounds:
-                if bound is None:
-                    continue
-                literal = _sql_literal(kind, bound)
-                parts.append(f"{column} {op} {literal}" if literal is not None else "FALSE")
+    parts = [part for flt in filters for part in _predicates(flt, fields)]
     if not parts:
         return None
     return " AND ".join(f"({p})" for p in parts)
+
+
+def _predicates(flt: Filter, fields: Mapping[str, FieldSpec]) -> list[str]:
+    """The conjuncts of one filter: a range's bounds apart, any other filter one predicate."""
+    if flt.op is not FilterOp.RANGE:
+        return [_predicate(flt, fields)]
+    kind = _kind(flt, fields)
+    if kind not in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
+        raise BackendUnavailable(f"range filter on keyword field {flt.field!r} is not supported", where="lancedb")
+    bounds = [(op, _sql_literal(kind, b)) for op, b in ((">=", flt.gte), ("<=", flt.lte)) if b is not None]
+    return [f"`{flt.field}` {op} {lit}" if lit is not None else "FALSE" for op, lit in bounds]
+
+
+def _kind(flt: Filter, fields: Mapping[str, FieldSpec]) -> FieldType:
+    spec = fields.get(flt.field)
+    if spec is None and flt.field not in IDENTITY_FIELDS:
+        raise BackendUnavailable(f"lancedb cannot filter on field {flt.field!r}", where="lancedb")
+    return spec.type if spec is not None else FieldType.KEYWORD
+
+
+def _predicate(flt: Filter, fields: Mapping[str, FieldSpec]) -> str:
+    if flt.op is FilterOp.ANY_OF:
+        members = (" AND ".join(f"({p})" for p in _predicates(m, fields)) for m in flt.any_of)
+        return " OR ".join(f"({m})" for m in members)
+    kind = _kind(flt, fields)
+    column = f"`{flt.field}`"
+    if flt.op is FilterOp.EXISTS:
+        return f"{column} IS NOT NULL"
+    if flt.op is FilterOp.PREFIX:
+        if kind is not FieldType.KEYWORD or not isinstance(flt.value, str):
+            raise BackendUnavailable(
+                f"prefix filter on {kind.value} field {flt.field!r} is not supported", where="lancedb"
+            )
+        return f"starts_with({column}, {_sql_string(flt.value)})"
+    single = flt.op in (FilterOp.EQ, FilterOp.NE)
+    operands = [flt.value] if single else list(flt.values)
+    literals = [lit for lit in (_sql_literal(kind, v) for v in operands) if lit is not None]
+    negated = flt.op in (FilterOp.NE, FilterOp.NOT_IN)
+    if not literals:
+        # No stored value equals an operand: nothing is equal, every present value is unequal.
+        return f"{column} IS NOT NULL" if negated else "FALSE"
+    if kind is FieldType.KEYWORDS:
+        has = f"array_has_any({column}, [{', '.join(literals)}])"
+        return f"{column} IS NOT NULL AND NOT {has}" if negated else has
+    if len(literals) == 1 and single:
+        return f"{column} {'<>' if negated else '='} {literals[0]}"
+    return f"{column} {'NOT IN' if negated else 'IN'} ({', '.join(literals)})"
 
 
 def _split_filters(request: ScanRequest) -> tuple[tuple[Filter, ...], tuple[Filter, ...]]:

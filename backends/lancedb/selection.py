@@ -7,7 +7,8 @@ of field ``f`` the rows of every value of ``f`` are one run, and a range over ``
 the order filters compare them) one run in all. A filter on ``f`` alone therefore reads runs
 of rows in place, as the numpy floor reads its pre-sliced rows; a conjunction lists the rows
 of its narrowest filter (in that filter's copy when there is one) and keeps those the others
-admit, then gathers them. Selecting costs O(values) for runs, O(matching rows) for a list.
+admit, then gathers them. Selecting costs O(values) for runs, O(matching rows) for a list;
+filters with an ``any_of`` group among them are one boolean mask over every row (O(rows)).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from backends.lancedb.masks import I64, Column
-from rsc import Filter
+from rsc import Filter, FilterOp
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,36 @@ def _empty() -> Selection:
     return Selection(None, None, np.empty(0, dtype=np.int64), 0)
 
 
+def _admitted(columns: Mapping[str, Column], flt: Filter, rows: int) -> npt.NDArray[np.bool_]:
+    """Whether each matrix row passes ``flt`` (an ``any_of`` group: any of its members)."""
+    if flt.op is FilterOp.ANY_OF:
+        mask = np.zeros(rows, dtype=np.bool_)
+        for member in flt.any_of:
+            mask |= _admitted(columns, member, rows)
+        return mask
+    column = columns.get(flt.field)
+    if column is None:
+        return np.zeros(rows, dtype=np.bool_)
+    admitted: npt.NDArray[np.bool_] = column.admits(column.matching(flt))[column.codes]
+    return admitted
+
+
+def _masked(columns: Mapping[str, Column], filters: Sequence[Filter], rows: int) -> Selection:
+    """Filters with an OR among them, resolved to one boolean mask over the matrix (O(rows))."""
+    mask = np.ones(rows, dtype=np.bool_)
+    for flt in filters:
+        mask &= _admitted(columns, flt, rows)
+    positions = np.flatnonzero(mask).astype(np.int64)
+    return Selection(None, None, positions, len(positions))
+
+
 def choose(columns: Mapping[str, Column], filters: Sequence[Filter], copies: frozenset[str], rows: int) -> Selection:
     """The rows of a ``rows``-row matrix passing every one of ``filters``, given the fields
     that have a sorted copy."""
     if not filters:
         return Selection(None, None, None, rows)
+    if any(flt.op is FilterOp.ANY_OF for flt in filters):
+        return _masked(columns, filters, rows)
     resolved = []
     for flt in filters:
         column = columns.get(flt.field)

@@ -7,7 +7,9 @@ expression; numbers and booleans printed by Python. An operand no stored value c
 left with no operand matches nothing, which ``filter_expr`` reports as ``NOTHING`` rather
 than asking Milvus. A missing (null) field fails every comparison in Milvus as it does in
 ``Filter.matches``; a multi-valued keyword matches when it holds any of the values
-(``array_contains_any``).
+(``array_contains_any``), ``ne``/``not_in`` when it holds none of them. ``prefix`` is a
+``like`` pattern with ``\\``, ``%`` and ``_`` escaped (``like_prefix``); ``exists`` is
+``is not null``; an ``any_of`` group an ``or`` of its members.
 """
 
 from __future__ import annotations
@@ -64,34 +66,70 @@ def filter_expr(filters: Sequence[Filter], fields: Mapping[str, FieldSpec]) -> s
     no row can pass them. ``fields`` are the collection's filterable metadata fields."""
     parts: list[str] = []
     for flt in filters:
-        spec = fields.get(flt.field)
-        if spec is None and flt.field not in IDENTITY_FIELDS:
-            raise BackendUnavailable(f"milvus cannot filter on field {flt.field!r}", where="milvus")
-        kind = spec.type if spec is not None else FieldType.KEYWORD
-        name = flt.field  # schema field names are [a-z][a-z0-9_]*: safe as identifiers
-        if flt.op in (FilterOp.EQ, FilterOp.IN):
-            operands = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
-            literals = sorted({lit for lit in (_literal(kind, v) for v in operands) if lit is not None})
-            if not literals:
-                return NOTHING
-            if kind is FieldType.KEYWORDS:
-                parts.append(f"array_contains_any({name}, [{', '.join(literals)}])")
-            elif len(literals) == 1:
-                parts.append(f"{name} == {literals[0]}")
-            else:
-                parts.append(f"{name} in [{', '.join(literals)}]")
-            continue
-        if kind not in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
-            raise BackendUnavailable(
-                f"range filter on {kind.value} field {flt.field!r} is not supported", where="milvus"
-            )
-        for op, bound in ((">=", flt.gte), ("<=", flt.lte)):
-            if bound is None:
-                continue
-            literal = _literal(kind, bound, bound=op)
-            if literal is None:
-                return NOTHING
-            parts.append(f"{name} {op} {literal}")
+        found = _conjuncts(flt, fields)
+        if found is None:
+            return NOTHING
+        parts += found
     if not parts:
         return None
     return " and ".join(f"({p})" for p in parts)
+
+
+def like_prefix(value: str) -> str:
+    """A ``like`` pattern matching the strings that start with ``value``: ``\\``, ``%`` and ``_``
+    (a wildcard in Milvus's ``like``) escaped with a backslash, then ``%``."""
+    return "".join("\\" + ch if ch in "\\%_" else ch for ch in value) + "%"
+
+
+def _conjuncts(flt: Filter, fields: Mapping[str, FieldSpec]) -> list[str] | None:
+    """The conjuncts of one filter, or ``None`` when no row can pass it."""
+    if flt.op is FilterOp.ANY_OF:
+        members = [m for m in (_conjuncts(member, fields) for member in flt.any_of) if m is not None]
+        if not members:
+            return None
+        return [" or ".join("(" + " and ".join(f"({p})" for p in m) + ")" for m in members)]
+    spec = fields.get(flt.field)
+    if spec is None and flt.field not in IDENTITY_FIELDS:
+        raise BackendUnavailable(f"milvus cannot filter on field {flt.field!r}", where="milvus")
+    kind = spec.type if spec is not None else FieldType.KEYWORD
+    name = flt.field  # schema field names are [a-z][a-z0-9_]*: safe as identifiers
+    if flt.op is FilterOp.EXISTS:
+        return [f"{name} is not null"]
+    if flt.op is FilterOp.PREFIX:
+        if kind is not FieldType.KEYWORD or not isinstance(flt.value, str):
+            raise BackendUnavailable(
+                f"prefix filter on {kind.value} field {flt.field!r} is not supported", where="milvus"
+            )
+        return [f"{name} like {string_literal(like_prefix(flt.value))}"]
+    if flt.op in (FilterOp.EQ, FilterOp.IN, FilterOp.NE, FilterOp.NOT_IN):
+        single = flt.op in (FilterOp.EQ, FilterOp.NE)
+        operands = [flt.value] if single else list(flt.values)
+        literals = sorted({lit for lit in (_literal(kind, v) for v in operands) if lit is not None})
+        if flt.op in (FilterOp.NE, FilterOp.NOT_IN):
+            # Milvus's `not in` passes a null field; a missing field passes no filter here.
+            present = f"{name} is not null"
+            if not literals:
+                return [present]
+            if kind is FieldType.KEYWORDS:
+                return [present, f"not array_contains_any({name}, [{', '.join(literals)}])"]
+            if len(literals) == 1:
+                return [present, f"{name} != {literals[0]}"]
+            return [present, f"{name} not in [{', '.join(literals)}]"]
+        if not literals:
+            return None
+        if kind is FieldType.KEYWORDS:
+            return [f"array_contains_any({name}, [{', '.join(literals)}])"]
+        if len(literals) == 1:
+            return [f"{name} == {literals[0]}"]
+        return [f"{name} in [{', '.join(literals)}]"]
+    if kind not in (FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER, FieldType.FLOAT):
+        raise BackendUnavailable(f"range filter on {kind.value} field {flt.field!r} is not supported", where="milvus")
+    parts = []
+    for op, bound in ((">=", flt.gte), ("<=", flt.lte)):
+        if bound is None:
+            continue
+        literal = _literal(kind, bound, bound=op)
+        if literal is None:
+            return None
+        parts.append(f"{name} {op} {literal}")
+    return parts

@@ -38,17 +38,17 @@ from backends.base import (
 )
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
 from backends.ingest.corpus import Corpus
-from backends.ingest.schema import CorpusSchema, FieldType
+from backends.ingest.schema import CorpusSchema
 from backends.tantivy.build import update_index, write_index
-from backends.tantivy.fields import _RAW_TYPES, ANALYZER, TEXT_FIELDS, _analyzer, _term
+from backends.tantivy.fields import ANALYZER, TEXT_FIELDS, _analyzer
 from backends.tantivy.fields import KEYWORD_FIELDS as KEYWORD_FIELDS
 from backends.tantivy.fields import date_number as date_number
+from backends.tantivy.filters import filter_query
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
     Contract,
     Filter,
-    FilterOp,
     Gap,
     GapKind,
     IndexMissingError,
@@ -343,27 +343,4 @@ class TantivyAdapter(Adapter):
         return tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 1.0)
 
     def _filter_query(self, filters: tuple[Filter, ...]) -> tantivy.Query:
-        return tantivy.Query.boolean_query([(tantivy.Occur.Must, self._one_filter(f)) for f in filters])
-
-    def _one_filter(self, flt: Filter) -> tantivy.Query:
-        spec = self._fields.get(flt.field)
-        if spec is None or spec.type in _RAW_TYPES:
-            kind = spec.type if spec is not None else FieldType.KEYWORD
-            if flt.op is FilterOp.EQ:
-                return tantivy.Query.term_query(self._schema, flt.field, _term(kind, flt.value))
-            if flt.op is FilterOp.IN:
-                return tantivy.Query.term_set_query(self._schema, flt.field, [_term(kind, v) for v in flt.values])
-            raise BackendUnavailable(f"range filter on keyword field {flt.field!r} is not supported", where="tantivy")
-        return self._number_filter(flt, spec.type)
-
-    def _number_filter(self, flt: Filter, kind: FieldType) -> tantivy.Query:
-        """Dates, datetimes and integers as i64 terms and ranges, floats as f64."""
-        if flt.op is FilterOp.RANGE:
-            low = _term(kind, flt.gte) if flt.gte is not None else None
-            high = _term(kind, flt.lte) if flt.lte is not None else None
-            field_type = tantivy.FieldType.Float if kind is FieldType.FLOAT else tantivy.FieldType.Integer
-            return tantivy.Query.range_query(self._schema, flt.field, field_type, low, high)
-        values = [flt.value] if flt.op is FilterOp.EQ else list(flt.values)
-        return tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, flt.field, _term(kind, v))) for v in values]
-        )
+        return filter_query(self._schema, self._fields, filters)

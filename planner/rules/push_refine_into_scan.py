@@ -12,7 +12,7 @@ from planner.memo import Alternative, GroupContext
 from planner.operators import RefineOp
 from planner.physical import OperatorNode, ScanNode, verdict_of
 from planner.rules.scan_contract import build_scan, expected_recall
-from rsc import FilterSupportClass, OperatorKind, SearchCoverage, weakest
+from rsc import OperatorKind, SearchCoverage, weakest
 
 RULE = "PushRefineIntoScan"
 
@@ -31,9 +31,9 @@ def push_refine_into_scan(group: GroupContext) -> tuple[Alternative, ...]:
     else:
         contract = group.contract(scan.rsc)
         for flt in op.filters:
-            support = contract.filter_support(flt.field)
-            if support.support is not FilterSupportClass.NATIVE_PREFILTER_EXACT or flt.op not in support.ops:
-                reasons.append(f"{contract.ref} cannot prefilter {flt.describe()} exactly ({support.support.value})")
+            if not contract.prefilters_exactly(flt):
+                classes = sorted({contract.filter_support(leaf.field).support.value for leaf in flt.leaves()})
+                reasons.append(f"{contract.ref} cannot prefilter {flt.describe()} exactly ({', '.join(classes)})")
     if reasons or not isinstance(scan, ScanNode) or child is None:
         return (
             Alternative(

@@ -155,7 +155,7 @@ def expected_recall(contract: Contract, pushed: tuple[Filter, ...], group: Group
         bucket = UNFILTERED if not filters else bucket_of(sel) or "unknown selectivity"
         k = ob.k if ob is not None else 1
         return ExpectedRecall(recall=None, bucket=bucket, queries=0, k=k, calibration=UNCALIBRATED)
-    return contract.calibration.expected(sel, [f.field for f in filters])
+    return contract.calibration.expected(sel, [leaf.field for f in filters for leaf in f.leaves()])
 
 
 def recall_shortfall(min_recall: float | None, contract: Contract, expected: ExpectedRecall | None) -> str | None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError
 
 from race.evaluation.stats import MEASURES, EvalReport, WorkOrder, score_runs
-from rsc import GapKind, GapSeverity, InputError, Record
+from rsc import Filter, GapKind, GapSeverity, InputError, Record
 
 if TYPE_CHECKING:
     from race.evaluation.batch import Runner
@@ -183,18 +183,8 @@ def ranking(receipt: Receipt, *, root: str | None = None) -> Ranking:
 
 
 def _passes(filters: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any]) -> bool:
-    for f in filters:
-        value = metadata.get(str(f.get("field")))
-        op = f.get("op", "eq")
-        if op == "eq" and value != f.get("value"):
-            return False
-        if op == "in" and value not in (f.get("values") or ()):
-            return False
-        if op == "range" and (
-            value is None or ("gte" in f and str(value) < str(f["gte"])) or ("lte" in f and str(value) > str(f["lte"]))
-        ):
-            return False
-    return True
+    """Whether a document's metadata passes every hard filter, as the backends apply them."""
+    return all(Filter.model_validate(f).matches(metadata) for f in filters)
 
 
 Cause = Literal["gap", "filter", "truncation", "ranking"]

@@ -140,27 +140,35 @@ def score_of(item: EvidenceItem) -> float | None:
 
 # -- Haystack's filter syntax -----------------------------------------------------------------
 
-_COMPARISONS = {"==": "eq", "in": "in", ">=": "gte", "<=": "lte"}
+_COMPARISONS = {"==": "eq", "!=": "ne", "in": "in", "not in": "not_in", ">=": "gte", "<=": "lte"}
 
 
 def haystack_filters(filters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Haystack 2 metadata filters (``{"field": "meta.x", "operator": "==", "value": ...}``,
-    joined by ``{"operator": "AND", "conditions": [...]}``) as RACE's hard filters. What RACE
-    cannot hold as a hard filter (``OR``, ``NOT``, ``!=``, ``>``, ``<``, ``not in``) is refused,
-    never dropped: a filter left out would widen the answer without saying so."""
+    joined by ``{"operator": "AND", "conditions": [...]}`` or ``"OR"``) as RACE's hard filters;
+    an ``OR`` of comparisons is one ``any_of`` group. What RACE cannot hold as a hard filter
+    (``NOT``, ``>``, ``<``, an ``OR`` over an ``AND``) is refused, never dropped: a filter left out
+    would widen the answer without saying so."""
     if not filters:
         return []
     if not isinstance(filters, Mapping) or "operator" not in filters:
         raise InputError("filters are Haystack filters: a dict with an 'operator'", where="filters")
     operator = filters["operator"]
-    if operator == "AND":
+    if operator in ("AND", "OR"):
         conditions = filters.get("conditions")
         if not isinstance(conditions, Sequence) or isinstance(conditions, str):
-            raise InputError("an AND filter needs a list of conditions", where="filters")
-        return [f for condition in conditions for f in haystack_filters(condition)]
+            raise InputError(f"an {operator} filter needs a list of conditions", where="filters")
+        found = [f for condition in conditions for f in haystack_filters(condition)]
+        if operator == "AND":
+            return found
+        if len(found) != len(conditions) or any(f["op"] == "any_of" for f in found):
+            raise InputError("an OR filter joins comparisons, not AND groups", where="filters")
+        members = [m for f in found for m in (f.get("any_of") or [f])]
+        return [{"op": "any_of", "any_of": members}]
     if operator not in _COMPARISONS:
         raise InputError(
-            f"filter operator {operator!r} cannot be a RACE hard filter (AND of ==, in, >=, <=)", where="filters"
+            f"filter operator {operator!r} cannot be a RACE hard filter (AND or OR of ==, !=, in, not in, >=, <=)",
+            where="filters",
         )
     field = filters.get("field")
     if not isinstance(field, str) or not field:
@@ -168,10 +176,10 @@ def haystack_filters(filters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     name = field.removeprefix("meta.")
     value = filters.get("value")
     op = _COMPARISONS[operator]
-    if op == "eq":
-        return [{"field": name, "op": "eq", "value": value}]
-    if op == "in":
+    if op in ("eq", "ne"):
+        return [{"field": name, "op": op, "value": value}]
+    if op in ("in", "not_in"):
         if not isinstance(value, Sequence) or isinstance(value, str):
-            raise InputError(f"field {name!r}: 'in' needs a list of values", where="filters")
-        return [{"field": name, "op": "in", "values": list(value)}]
+            raise InputError(f"field {name!r}: {operator!r} needs a list of values", where="filters")
+        return [{"field": name, "op": op, "values": list(value)}]
     return [{"field": name, "op": "range", op: value}]

@@ -213,3 +213,62 @@ def test_random_access_scores_named_rows_as_sorted_access_does(adapter: Adapter)
             kept = _scan(adapter, _random_access(contract, asked, pushed=(flt,)))
             expected = sorted(h.chunk_id for h in everything.hits if h.chunk_id in asked and flt.matches(h.metadata))
             assert sorted(h.chunk_id for h in kept.hits) == expected, f"{contract.rsc_id}: {flt.describe()}"
+
+
+OPERATOR_CASES: tuple[dict[str, Any], ...] = (
+    {"field": "doc_type", "op": "ne", "value": "adr"},
+    {"field": "component", "op": "not_in", "values": ["storage", "security"]},
+    {"field": "version", "op": "prefix", "value": "3."},
+    {"field": "doc_id", "op": "prefix", "value": "adr-"},
+    {"field": "status", "op": "exists"},
+    {"field": "date", "op": "ne", "value": "2024-12-10"},
+    {
+        "op": "any_of",
+        "any_of": [
+            {"field": "doc_type", "op": "eq", "value": "adr"},
+            {"field": "component", "op": "eq", "value": "security"},
+        ],
+    },
+    {
+        "op": "any_of",
+        "any_of": [
+            {"field": "date", "op": "range", "gte": "2025-01-01"},
+            {"field": "version", "op": "prefix", "value": "4"},
+        ],
+    },
+    # Quotes never close a literal: the first matches nothing, the second every row with the field.
+    {"field": "doc_type", "op": "eq", "value": "adr' OR '1'='1\" or doc_type != \""},
+    {"field": "doc_type", "op": "ne", "value": "adr' OR '1'='1\" or doc_type != \""},
+)
+"""Filters with the operators beyond eq/in/range, over the bundled corpus's fields."""
+
+
+def test_every_operator_is_applied_as_declared_or_declared_impossible(adapter: Adapter) -> None:
+    """Each operator case on each contract: a contract that declares it applies it (every hit
+    passes the direct evaluation ``Filter.matches``; an exact prefilter answers exactly the
+    unfiltered ranking restricted to the rows that pass); one that does not declare it is never
+    asked (the planner makes it ineligible, I4)."""
+    rows = max(adapter.statistics().rows, 1)
+    applied = declared_impossible = 0
+    for contract in adapter.index_contracts():
+        everything = None
+        for case in OPERATOR_CASES:
+            flt = Filter.model_validate(case)
+            if not contract.applies(flt):
+                declared_impossible += 1
+                continue
+            postfilter = any(s.support is FilterSupportClass.POSTFILTER_ONLY for s in contract.filter_supports(flt))
+            request = _request(contract, residual=(flt,)) if postfilter else _request(contract, pushed=(flt,))
+            result = _scan(adapter, request)
+            assert all(flt.matches(h.metadata) for h in result.hits), f"{contract.rsc_id}: a row fails {flt.describe()}"
+            if contract.prefilters_exactly(flt):
+                everything = everything or _scan(adapter, _request(contract, k=min(rows, 10_000)))
+                expected = [h.key for h in everything.hits if flt.matches(h.metadata)][: request.k]
+                assert [h.key for h in result.hits] == expected, f"{contract.rsc_id}: {flt.describe()}"
+            applied += 1
+    assert applied + declared_impossible == len(OPERATOR_CASES) * len(adapter.index_contracts())
+    if not applied:
+        # A backend that applies none of them (an attached index RACE did not build) declares none.
+        new_ops = {FilterOp.NE, FilterOp.NOT_IN, FilterOp.PREFIX, FilterOp.EXISTS, FilterOp.ANY_OF}
+        declared = {op for c in adapter.index_contracts() for s in c.filters.values() for op in s.ops}
+        assert not declared & new_ops, f"{adapter.backend} declares {sorted(declared & new_ops)} and applies none"
