@@ -8,11 +8,13 @@ import argparse
 import sys
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from race.analysis import Analysis, NodeAnalysis
-from race.receipt import Receipt
-from rsc import canonical_pretty
+from race.cli.arguments import canonical_pretty
+
+if TYPE_CHECKING:
+    from race.analysis import Analysis, NodeAnalysis
+    from race.receipt import Receipt
 
 _PHASES = ("setup", "plan", "pins", "legs", "fusion", "receipt")
 
