@@ -30,7 +30,7 @@ CoverageName = Literal[
     "exhaustive_for_declared_fragment", "bounded_structural", "heuristic", "partial_backend", "unknown"
 ]
 EgressName = Literal["local", "remote_ok"]
-FilterOpName = Literal["eq", "in", "range"]
+FilterOpName = Literal["eq", "ne", "in", "not_in", "range", "prefix", "exists", "any_of"]
 OperatorName = Literal[
     "union", "cascade", "fallback", "intersect", "join", "refine", "corroborate", "oppose", "freshen"
 ]
@@ -39,14 +39,17 @@ Scalar: TypeAlias = str | int | float | bool
 
 class FilterSpec(TypedDict, total=False):
     """One typed filter as the plan writes it: ``{"field": "status", "op": "eq", "value": "fixed"}``
-    (``op`` defaults to ``eq``; ``in`` takes ``values``, ``range`` ``gte`` and/or ``lte``)."""
+    (``op`` defaults to ``eq``; ``ne`` and ``prefix`` take ``value``, ``in``/``not_in`` ``values``,
+    ``range`` ``gte`` and/or ``lte``, ``exists`` nothing, and ``any_of`` a list of filters and no
+    ``field``)."""
 
-    field: Required[str]
+    field: str
     op: FilterOpName
     value: Scalar
     values: Sequence[Scalar]
     gte: Scalar
     lte: Scalar
+    any_of: Sequence[FilterSpec]
 
 
 Filters: TypeAlias = Where | Sequence[FilterSpec]

@@ -62,6 +62,7 @@ from rsc.vocab import (
 )
 
 if TYPE_CHECKING:
+    from rsc.answers import Custody, Gap, Hit, ScanResult
     from rsc.calibration import (
         CALIBRATION_SCHEMA_VERSION,
         UNCALIBRATED,
@@ -95,18 +96,14 @@ if TYPE_CHECKING:
     )
     from rsc.records import (
         BackendStatistics,
-        Custody,
         EmbedderIdentity,
         ExpectedRecall,
         Filter,
-        Gap,
         GraphPattern,
-        Hit,
         Query,
         Record,
         Scalar,
         ScanRequest,
-        ScanResult,
     )
     from rsc.version import (
         Version,
@@ -122,21 +119,21 @@ _HOMES = {
     "CostHints": "rsc.contract",
     "EmbedderIdentity": "rsc.records",
     "CoverageSpec": "rsc.contract",
-    "Custody": "rsc.records",
+    "Custody": "rsc.answers",
     "EarlyStopSpec": "rsc.contract",
     "ExpectedRecall": "rsc.records",
     "Filter": "rsc.records",
     "FilterSupport": "rsc.contract",
-    "Gap": "rsc.records",
+    "Gap": "rsc.answers",
     "GraphPattern": "rsc.records",
-    "Hit": "rsc.records",
+    "Hit": "rsc.answers",
     "Query": "rsc.records",
     "RSC_SCHEMA_VERSION": "rsc.contract",
     "RecallBucket": "rsc.calibration",
     "Record": "rsc.records",
     "Scalar": "rsc.records",
     "ScanRequest": "rsc.records",
-    "ScanResult": "rsc.records",
+    "ScanResult": "rsc.answers",
     "SnapshotSpec": "rsc.contract",
     "UNCALIBRATED": "rsc.calibration",
     "UNFILTERED": "rsc.calibration",

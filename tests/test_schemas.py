@@ -45,7 +45,7 @@ def test_every_property_is_described(document: str) -> None:
 
 def test_descriptions_are_the_docstrings() -> None:
     from race.schemas import attribute_docs
-    from rsc.records import Custody
+    from rsc.answers import Custody
 
     schema = document_schema("receipt")
     custody = schema["$defs"]["Custody"]["properties"]
