@@ -79,6 +79,31 @@ def test_shifted_text_is_moved_and_a_deleted_file_is_missing(showcase: Receipt, 
     assert {c.status for c in report.citations if c.source_path not in (path, gone)} == {"valid"}
 
 
+def test_an_earlier_line_edited_in_place_leaves_the_cited_lines_valid(showcase: Receipt, corpus: Path) -> None:
+    """An edit that changes an earlier line's length shifts every later character offset but
+    no line: the citations after it still hold at their lines, so they are valid, not moved."""
+    path, _, line = _file_with_two_cited_chunks(showcase)
+    lines = (corpus / path).read_text().splitlines(keepends=True)
+    covered = {
+        n
+        for item in showcase.evidence
+        for h in item.hits
+        for c in (h.custody,)
+        if c.source_path == path and c.line_start is not None and c.line_end is not None
+        for n in range(c.line_start, c.line_end + 1)
+    }
+    earlier = next(n for n in range(1, line) if n not in covered and lines[n - 1].strip())
+    lines[earlier - 1] = lines[earlier - 1].rstrip("\n") + " (a longer line now)\n"
+    (corpus / path).write_text("".join(lines))
+
+    report = verify_receipt(showcase, corpus)
+    after = [c for c in report.citations if c.source_path == path and c.line_start is not None and c.line_start > earlier]
+    assert after
+    assert all(c.status == "valid" and c.source_hash == "differs" for c in after)
+    assert all("characters now" in c.detail for c in after)
+    assert report.holds
+
+
 def test_a_path_outside_the_corpus_is_missing(showcase: Receipt, corpus: Path) -> None:
     item = showcase.evidence[0]
     hit = item.hits[0]

@@ -4,9 +4,10 @@ Every hit's custody names a source file (relative to the corpus root), a 1-based
 line span, character offsets where known, and the sha256 of the whole file when it was
 indexed. ``verify_receipt`` re-reads each cited file and judges each hit:
 
-- ``valid``: the cited lines (and character offsets, where recorded) still hold the hit's
-  text. The file's hash may differ — another passage of the same file was edited — which
-  the check reports as ``source_hash: differs`` without failing the citation.
+- ``valid``: the cited lines still hold the hit's text. The file's hash may differ —
+  another passage of the same file was edited — which the check reports as
+  ``source_hash: differs`` without failing the citation; when an earlier line changed length,
+  the character offsets shift while the lines hold, and the detail gives the new offsets.
 - ``moved``: the text is still in the file, but at other lines or offsets (the new span is
   given).
 - ``changed``: the file is there but the text is not.
@@ -168,10 +169,17 @@ def check_hit(hit: Hit, source: SourceFile, *, evidence: str, position: int) -> 
         status: CitationStatus = "valid" if same_hash else "changed"
         detail = "no quoted text in the receipt: checked by the file's hash only"
         return CitationCheck(**base, status=status, source_hash=hash_state, detail=detail)
-    at_lines = source.span(c.line_start, c.line_end) == hit.text
-    at_chars = c.char_start is None or source.text[c.char_start : c.char_end] == hit.text
-    if at_lines and at_chars:
-        return CitationCheck(**base, status="valid", source_hash=hash_state)
+    # A citation names lines: while its lines hold the text it is valid, even if an edit of an
+    # earlier line shifted its character offsets (the detail says so). Offsets decide only
+    # where a custody records no lines.
+    if source.span(c.line_start, c.line_end) == hit.text:
+        detail = ""
+        if c.char_start is not None and source.text[c.char_start : c.char_end] != hit.text:
+            start = source.offsets[c.line_start - 1]
+            detail = f"an earlier line changed: characters now {start}-{start + len(hit.text)}"
+        return CitationCheck(**base, status="valid", source_hash=hash_state, detail=detail)
+    if c.char_start is not None and source.text[c.char_start : c.char_end] == hit.text:
+        return CitationCheck(**base, status="valid", source_hash=hash_state)  # a window not cut at lines
     found = source.find(hit.text)
     if found is not None:
         first, last, char_start = found
