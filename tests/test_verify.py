@@ -97,7 +97,9 @@ def test_an_earlier_line_edited_in_place_leaves_the_cited_lines_valid(showcase: 
     (corpus / path).write_text("".join(lines))
 
     report = verify_receipt(showcase, corpus)
-    after = [c for c in report.citations if c.source_path == path and c.line_start is not None and c.line_start > earlier]
+    after = [
+        c for c in report.citations if c.source_path == path and c.line_start is not None and c.line_start > earlier
+    ]
     assert after
     assert all(c.status == "valid" and c.source_hash == "differs" for c in after)
     assert all("characters now" in c.detail for c in after)
