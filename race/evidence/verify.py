@@ -214,13 +214,22 @@ def verify_receipt(receipt: Receipt, corpus: Path) -> VerifyReport:
     )
 
 
+def cited_place(source_path: str | None, line_start: int | None, line_end: int | None) -> str:
+    """Where a citation points, as far as its custody knows: ``path:first-last``, the path
+    alone when the source has no line span, ``(no source path)`` when it has no path."""
+    where = source_path if source_path is not None else "(no source path)"
+    if line_start is None or line_end is None:
+        return where if source_path is None else f"{where} (no line span)"
+    return f"{where}:{line_start}-{line_end}"
+
+
 def verify_text(report: VerifyReport) -> str:
     """One line per citation that no longer holds, then the counts."""
     out = []
     for c in report.citations:
         if c.status == "valid" and c.source_hash == "same":
             continue
-        where = f"{c.source_path}:{c.line_start}-{c.line_end}"
+        where = cited_place(c.source_path, c.line_start, c.line_end)
         note = f" ({c.detail})" if c.detail else ""
         hashed = "" if c.status != "valid" else " (file hash differs; the cited lines are intact)"
         out.append(f"{c.status:<8} {where}  {c.chunk_id} [{c.rsc}] hit {c.hit} of {c.evidence}{note}{hashed}")
