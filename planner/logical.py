@@ -120,6 +120,12 @@ def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:
 def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
     if not isinstance(raw, dict):
         raise PlanError("a plan must be a JSON object", where=where)
+    if "$schema" in raw:
+        # An editor's pointer to the published schema (docs/schemas/plan.schema.json): accepted and
+        # ignored, so it never enters the plan or its fingerprint.
+        if not isinstance(raw["$schema"], str):
+            raise PlanError(f"field '$schema' must be a string (a schema URI), got {raw['$schema']!r}", where=where)
+        raw = {k: v for k, v in raw.items() if k != "$schema"}
     if raw.get("schema_version") != PLAN_SCHEMA_VERSION:
         raise PlanError(
             f"field 'schema_version' must be {PLAN_SCHEMA_VERSION!r}, got {raw.get('schema_version')!r}", where=where
