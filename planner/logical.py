@@ -37,6 +37,7 @@ from rsc import (
     first_validation_error,
 )
 from rsc.canonical import read_json
+from rsc.suggest import schema_version_error
 
 PLAN_SCHEMA_VERSION = "race.plan/1"
 MAX_NODES_CEILING = 4096
@@ -126,10 +127,9 @@ def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
         if not isinstance(raw["$schema"], str):
             raise PlanError(f"field '$schema' must be a string (a schema URI), got {raw['$schema']!r}", where=where)
         raw = {k: v for k, v in raw.items() if k != "$schema"}
-    if raw.get("schema_version") != PLAN_SCHEMA_VERSION:
-        raise PlanError(
-            f"field 'schema_version' must be {PLAN_SCHEMA_VERSION!r}, got {raw.get('schema_version')!r}", where=where
-        )
+    wrong = schema_version_error(raw, PLAN_SCHEMA_VERSION)
+    if wrong is not None:
+        raise PlanError(wrong, where=where)
     size = len(raw.get("obligations") or []) + len(raw.get("operators") or [])
     if size > MAX_NODES_CEILING:
         raise BoundExceeded(f"plan has {size} nodes; at most {MAX_NODES_CEILING} are accepted", where=where)
@@ -139,7 +139,7 @@ def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
         err = exc.errors()[0]
         if err["type"] == "value_error" and "; budget.max_" in str(err["msg"]):
             raise BoundExceeded(str(err["msg"]).removeprefix("Value error, "), where=where) from exc
-        raise PlanError(_located(first_validation_error(exc), raw), where=where) from exc
+        raise PlanError(_located(first_validation_error(exc, LogicalPlan), raw), where=where) from exc
     check_graph(plan, where=where)
     return normalize(plan)
 

@@ -19,7 +19,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     index = Path(args.index)
     read_manifest(index)  # a missing or foreign directory is bad input, named
     if args.k < 1:
-        raise InputError(f"--k must be at least 1, got {args.k}", where="--k")
+        raise InputError(f"must be at least 1, got {args.k}", where="--k")
     print(calibration_table(calibrate_index(index, k=args.k, seed=args.seed)))
     return 0
 

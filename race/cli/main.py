@@ -159,7 +159,10 @@ def cmd_rsc(args: argparse.Namespace) -> int:
         return 0
     matches = [c for c in contracts if c.rsc_id == args.rsc_id or c.ref == args.rsc_id]
     if not matches:
-        raise InputError(f"no contract {args.rsc_id!r} (see `race rsc list`)", where="rsc show")
+        from rsc.suggest import did_you_mean
+
+        hint = did_you_mean(args.rsc_id, [c.rsc_id for c in contracts])
+        raise InputError(f"no contract {args.rsc_id!r}{hint} (see `race rsc list`)", where="rsc show")
     for c in matches:
         sys.stdout.write(canonical_pretty(c) + "\n")
     return 0
