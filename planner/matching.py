@@ -104,9 +104,9 @@ def pinned_contracts(plan: LogicalPlan, contracts: Sequence[Contract], *, where:
         by_id.setdefault(c.rsc_id, []).append(c)
     for rsc_id, text in sorted(plan.contracts.items()):
         if rsc_id not in by_id:
-            raise VersionRangeError(
-                f"pinned contract {rsc_id!r} is not known{did_you_mean(rsc_id, by_id)}", where=f"{where}: contracts.{rsc_id}"
-            )
+            hint = did_you_mean(rsc_id, by_id)
+            place = f"{where}: contracts.{rsc_id}"
+            raise VersionRangeError(f"pinned contract {rsc_id!r} is not known{hint}", where=place)
         rng = VersionRange.parse(text, where=f"{where}: contracts.{rsc_id}")
         if not any(rng.contains(c.semver) for c in by_id[rsc_id]):
             versions = ", ".join(sorted(c.version for c in by_id[rsc_id]))

@@ -44,9 +44,8 @@ def _step(tps: list[Any], part: str | int) -> list[Any]:
                 found.append(args[0])
             elif isinstance(part, str) and origin is dict and len(args) == 2:
                 found.append(args[1])
-            elif isinstance(member, type) and issubclass(member, BaseModel) and isinstance(part, str):
-                if part in member.model_fields:
-                    found.append(member.model_fields[part].annotation)
+            elif isinstance(member, type) and issubclass(member, BaseModel) and part in member.model_fields:
+                found.append(member.model_fields[str(part)].annotation)
     if not found and isinstance(part, str):
         # A tagged union names the member it chose by its tag: keep the members whose literal is it.
         for tp in tps:

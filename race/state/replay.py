@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from backends.remote import decode_exchange
 from planner import Explain, LogicalPlan, combined_plan_fingerprint, logical_fingerprint
-from race.receipt import Lineage as ReceiptLineage
 from race.receipt import RECEIPT_SCHEMA_VERSION, Receipt
+from race.receipt import Lineage as ReceiptLineage
 from race.state.artifacts import (
     ARTIFACT_SCHEMA_VERSION,
     artifact_path,
@@ -79,8 +79,6 @@ def load_receipt(path: Path) -> Receipt:
 
 def _other_document(data: bytes) -> str | None:
     """Why the bytes are another document of RACE than a receipt (a plan, say), or ``None``."""
-    import json
-
     from rsc.suggest import DOCUMENTS, schema_version_error
 
     try:
