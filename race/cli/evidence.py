@@ -44,8 +44,11 @@ def cmd_context(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(canonical_pretty(packet) + "\n" if args.json else packet.text)
     approx = " (approximate)" if packet.tokens_approximate else ""
+    cut = sum(p.shortened_from is not None for p in packet.passages)
+    shortened = f" ({cut} shortened to fit)" if cut else ""
     print(
-        f"race: packet of {len(packet.passages)} passages, {packet.chars} of {packet.max_chars} characters, "
+        f"race: packet of {len(packet.passages)} passages{shortened}, {packet.chars} of {packet.max_chars} characters "
+        f"({packet.quoted_chars} quoted, {packet.chars - packet.quoted_chars} header and citations), "
         f"{packet.tokens} tokens{approx} by {packet.tokenizer}",
         file=sys.stderr,
     )
