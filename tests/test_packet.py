@@ -170,7 +170,7 @@ def test_a_passage_too_long_for_the_budget_is_shortened_at_lines_and_says_so(tmp
         c = p.citation
         source = (corpus / c.source_path).read_text(encoding="utf-8").splitlines(keepends=True)
         assert p.text == "".join(source[c.line_start - 1 : c.line_end])
-        assert c.line_end < p.shortened_from
+        assert p.shortened_from is not None and c.line_end < p.shortened_from
         assert f"shortened to fit the budget: the hit cites lines {c.line_start}-{p.shortened_from}" in packet.text
         assert c.char_start is not None and c.char_end is not None
         assert "".join(source)[c.char_start : c.char_end] == p.text.rstrip("\n")
