@@ -11,6 +11,7 @@ import os
 import weakref
 from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -116,6 +117,25 @@ PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | os.PathLike[str]
 def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:
     """Parse, validate and normalize a plan document; one ``PlanError`` names the place."""
     return plan_from_dict(read_json(data, where=where, error=PlanError), where=where)
+
+
+def plan_from_input(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
+    """A plan as a caller gives one (``PlanInput``), parsed: a path's file is read, a ``str``
+    holding JSON text is refused (it names a file), bytes are JSON text, a mapping its object."""
+    if isinstance(plan, LogicalPlan):
+        return plan
+    if isinstance(plan, str | os.PathLike):
+        path = Path(plan)
+        if isinstance(plan, str) and plan.lstrip().startswith("{"):
+            raise PlanError("a str names a plan file; give JSON text as bytes (text.encode())", where=where)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PlanError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+        return parse_plan(data, where=str(path))
+    if isinstance(plan, bytes):
+        return parse_plan(plan, where=where)
+    return plan_from_dict(dict(plan), where=where)
 
 
 def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:

@@ -14,7 +14,8 @@ from typing import Any, ParamSpec, TypeVar, Unpack, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, plan_digest, plan_from_dict
+from planner.logical import plan_from_input
 from race.evaluation.batch import PlanFailure, run_many
 from race.facts import SETUP_TIMEOUT_S, BackendFacts
 from race.indexing.bundled import ensure_bundled_index
@@ -158,22 +159,7 @@ class Engine(BackendFacts):
 
     @staticmethod
     def parse(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
-        if isinstance(plan, LogicalPlan):
-            return plan
-        if isinstance(plan, str | os.PathLike):
-            from rsc import PlanError
-
-            path = Path(plan)
-            if isinstance(plan, str) and plan.lstrip().startswith("{"):
-                raise PlanError("a str names a plan file; give JSON text as bytes (text.encode())", where=where)
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise PlanError(f"cannot read: {exc.strerror}", where=str(path)) from exc
-            return parse_plan(data, where=str(path))
-        if isinstance(plan, bytes):
-            return parse_plan(plan, where=where)
-        return plan_from_dict(dict(plan), where=where)
+        return plan_from_input(plan, where=where)
 
     def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
         # The plan's own canonical digest, computed once per plan object, stands for the plan.
