@@ -19,7 +19,7 @@ from planner.logical import plan_from_input
 from race.evaluation.batch import PlanFailure, run_many
 from race.facts import SETUP_TIMEOUT_S, BackendFacts
 from race.indexing.bundled import ensure_bundled_index
-from race.indexing.indexing import absent_contracts, check_plan_filters
+from race.indexing.indexing import absent_contracts, check_plan_filters, corpus_root
 from race.indexing.instances import connect_remotes as connect_remotes
 from race.indexing.instances import index_adapters, open_catalog
 from race.indexing.instances import known_contracts as known_contracts
@@ -63,6 +63,8 @@ class Engine(BackendFacts):
 
     absent: tuple[tuple[Contract, str], ...] = ()
     """Contracts the index was built without (a lexical cold start), each with the reason."""
+    corpus_root: str | None = None
+    """The corpus the index was built from, as its manifest records it; receipts carry it."""
 
     def __init__(
         self,
@@ -109,7 +111,7 @@ class Engine(BackendFacts):
         engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
-        engine.absent = absent_contracts(index_dir)
+        engine.absent, engine.corpus_root = absent_contracts(index_dir), corpus_root(index_dir)
         return engine
 
     @classmethod
@@ -252,7 +254,7 @@ class Engine(BackendFacts):
                     receipt_cache="hit",
                 )
                 _log.debug("run %s: receipt cache hit", where)
-                return cached.model_copy(update={"operational": operational})
+                return cached.model_copy(update={"operational": operational, "corpus": self.corpus_root})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
@@ -293,7 +295,7 @@ class Engine(BackendFacts):
             result_cache=dict(executor.cache_counts),
             model_calls_made=executor.model_calls_made,
         )
-        receipt = receipt.model_copy(update={"operational": operational})
+        receipt = receipt.model_copy(update={"operational": operational, "corpus": self.corpus_root})
         await recorder.commit(receipt)
         return receipt
 
@@ -339,7 +341,7 @@ class Engine(BackendFacts):
             calls=dict(sorted(executor.calls.items())),
             replayed_artifacts=len(session.used),
         )
-        return replayed.model_copy(update={"operational": operational})
+        return replayed.model_copy(update={"operational": operational, "corpus": recorded.corpus})
 
     # -- one-line search --------------------------------------------------------------------
 

@@ -165,3 +165,42 @@ def test_a_jsonl_corpus_is_checked_per_document(tmp_path: Path) -> None:
     docs.write_text(json.dumps(rows[0]) + "\n")
     (gone,) = [c for c in verify_receipt(receipt, docs).citations if c.source_path == "docs.jsonl#b"]
     assert gone.status == "missing" and "not found" in gone.detail
+
+
+def test_a_receipt_carries_its_corpus_root_for_verify_and_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's index records where its corpus is; its receipts carry it (outside the normalized
+    receipt), so `race verify` and `race context` need no --corpus; --corpus overrides it, and a
+    corpus that moved away is bad input naming the place."""
+    from race.indexing.indexing import build_index
+
+    corpus = tmp_path / "notes"
+    corpus.mkdir()
+    (corpus / "raft.md").write_text("# Raft\n\n## Leader election\n\nA leader is elected by a majority vote.\n")
+    (corpus / "paxos.txt").write_text("Paxos reaches consensus with a majority of acceptors.\n")
+    build_index(corpus, tmp_path / "index", vectors=False)
+    copy = tmp_path / "elsewhere" / "notes"
+    shutil.copytree(corpus, copy)
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "o",
+        "obligations": [{"id": "o", "kind": "seek_support", "query": {"text": "majority"}, "query_class": "lexical"}],
+    }
+    receipt = Engine.open(tmp_path / "index").run_sync(plan)
+    assert receipt.corpus == str(corpus.resolve()) and receipt.evidence
+    assert "corpus" not in receipt.normalized()  # where the files are is not what was found
+    saved = tmp_path / "receipt.json"
+    saved.write_text(receipt_json(receipt))
+
+    assert main(["verify", str(saved)]) == 0
+    out, err = capsys.readouterr()
+    assert f"under {corpus.resolve()} (recorded in the receipt)" in err and "0 changed" in out
+    assert main(["context", str(saved), "--max-chars", "3000"]) == 0
+    assert "A leader is elected" in capsys.readouterr().out
+    shutil.rmtree(corpus)
+    assert main(["verify", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(corpus.resolve()) in err and "--corpus" in err
+    assert main(["verify", str(saved), "--corpus", str(copy)]) == 0
+    assert f"under {copy} (--corpus)" in capsys.readouterr().err

@@ -148,6 +148,8 @@ def finish_staging(staging: Path, out: Path, corpus: Corpus, generations: dict[s
         "documents": len(corpus.doc_ids),
         "edges": len(corpus.edges),
         "backends": sorted(generations),
+        # Where the cited files live: receipts carry it, so `race verify` and `race context` find them.
+        "corpus_root": str(Path(corpus.root).resolve()),
     }
     if skipped is not None:
         manifest["vectors_skipped"] = skipped
@@ -214,6 +216,13 @@ def read_manifest(index_dir: Path) -> dict[str, object]:
     if not isinstance(data, dict) or data.get("schema_version") != INDEX_SCHEMA_VERSION:
         raise IndexMissingError(f"{MANIFEST} has an unknown schema_version", where=str(index_dir))
     return data
+
+
+def corpus_root(index_dir: Path) -> str | None:
+    """The absolute path of the corpus (folder or JSONL file) the index was built from, as its
+    manifest records it; ``None`` for an index built before manifests recorded it."""
+    root = read_manifest(index_dir).get("corpus_root")
+    return root if isinstance(root, str) else None
 
 
 def read_index_schema(index_dir: Path) -> CorpusSchema | None:
