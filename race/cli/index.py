@@ -50,9 +50,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise InputError("--out DIR is required (or --infer-schema to write a schema for review)", where="race index")
     from tqdm import tqdm
 
-    from race.indexing.indexing import build_index
+    from race.indexing.indexing import build_index, read_ingest
 
     bars: dict[str, tqdm] = {}
+    files = (tuple(args.include or ()), tuple(args.exclude or ()))
 
     def report(backend: str, done: int, total: int) -> None:
         bar = bars.get(backend)
@@ -75,10 +76,13 @@ def cmd_index(args: argparse.Namespace) -> int:
                 report,
                 vectors=not args.no_vectors,
                 notice=lambda text: print(f"race: notice: {text}", file=sys.stderr),
+                files=files,
             )
             generations = summary.generations
             print(f"race: {update_line(summary)}", file=sys.stderr)
         elif args.ray:
+            if args.include or args.exclude:
+                raise InputError("--include and --exclude are not read with --ray yet; leave them out", where="--ray")
             from race.indexing.distributed import build_index_on_ray
 
             corpus, out = Path(args.corpus), Path(args.out)
@@ -90,10 +94,14 @@ def cmd_index(args: argparse.Namespace) -> int:
                 report,
                 vectors=not args.no_vectors,
                 notice=lambda text: print(f"race: notice: {text}", file=sys.stderr),
+                files=files,
             )
     finally:
         for bar in bars.values():
             bar.close()
+    ingest = read_ingest(Path(args.out))
+    if ingest is not None:
+        print(f"race: {ingest.summary()}", file=sys.stderr)
     if args.json:
         sys.stdout.write(canonical_pretty(dict(sorted(generations.items()))) + "\n")
         return 0
@@ -120,7 +128,9 @@ def update_line(summary: Any) -> str:
 
 def add_index_commands(sub: Any) -> None:
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
-    p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
+    p.add_argument(
+        "corpus", help="a folder of Markdown, text, reStructuredText and HTML files (and edges.jsonl), or a JSONL file"
+    )
     p.add_argument("--out", help="index directory to create or replace")
     p.add_argument(
         "--infer-schema",
@@ -136,6 +146,12 @@ def add_index_commands(sub: Any) -> None:
         "--update",
         action="store_true",
         help="bring the index at --out to the corpus: re-index only added, changed and removed documents",
+    )
+    p.add_argument(
+        "--include", action="append", metavar="GLOB", help="index only files whose path or name matches (repeatable)"
+    )
+    p.add_argument(
+        "--exclude", action="append", metavar="GLOB", help="skip files whose path or name matches (repeatable)"
     )
     p.add_argument("--json", action="store_true", help="print the generations as JSON")
     p.add_argument(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from race.cli.arguments import INDEX_HELP, CommandParser, index_named, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
+from race.cli.inspect import add_inspect_command
 from race.cli.serve import add_serve_command
 from race.indexing.attach import add_milvus_command
 from race.version import __version__
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     add_index_commands(sub)
+    add_inspect_command(sub)
 
     for name, func, helptext in (
         ("plan", cmd_plan, "print the physical plan of a logical plan"),

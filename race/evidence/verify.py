@@ -13,6 +13,9 @@ indexed. ``verify_receipt`` re-reads each cited file and judges each hit:
 - ``changed``: the file is there but the text is not.
 - ``missing``: the file is gone, unreadable, or its path leaves the corpus root.
 
+An HTML file is read as the index read it (``backends.ingest.formats``): its text view, markup
+blanked out, on the file's own lines and character offsets; its hash is that of its bytes.
+
 In a JSONL corpus a hit cites ``docs.jsonl#ID``: the document's own text, whose lines and
 hash the loader recorded, is read from the record with that id (under the corpus schema's
 id and text fields).
@@ -30,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+from backends.ingest.formats import document_kind, html_text
 from race.receipt import Receipt
 from rsc import Hit, Record
 
@@ -108,6 +112,9 @@ class SourceFile:
             if document and path.suffix == ".jsonl":
                 self.text = _jsonl_document(path, self.text, document)
                 self.data = self.text.encode("utf-8")
+            elif document_kind(path.name) == "html":
+                # The text view the index read: markup blanked, lines and offsets the file's own.
+                self.text = html_text(self.text)[0]
         except FileNotFoundError:
             self.error = "file not found"
             self.data = None

@@ -29,6 +29,7 @@ from pydantic import Field
 from race.indexing.indexing import (
     DOCUMENTS,
     MANIFEST,
+    Files,
     Report,
     _progress,
     build_index,
@@ -73,13 +74,14 @@ def update_index(
     embedder: Embedder | None = None,
     vectors: bool = True,
     notice: Callable[[str], None] | None = None,
+    files: Files = ((), ()),
 ) -> UpdateSummary:
-    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
+    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice, files=files)
     reason = _cannot_update(out, corpus, skipped, embedder)
     if reason is not None:
         if notice is not None:
             notice(f"{reason}: building the index whole")
-        generations = build_index(corpus_path, out, report, embedder=embedder, vectors=vectors)
+        generations = build_index(corpus_path, out, report, embedder=embedder, vectors=vectors, files=files)
         return UpdateSummary(
             generations=generations,
             added=corpus.doc_ids,
