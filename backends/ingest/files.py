@@ -97,7 +97,7 @@ class Ingest(Record):
         reasons = ", ".join(f"{n} {reason_words(r)}" for r, n in self.counts().items())
         skipped = f"{len(self.skipped)} skipped ({reasons})" if self.skipped else "0 skipped"
         meta = f", {len(self.metadata)} corpus schema/edges" if self.metadata else ""
-        return f"{total} files: {self.indexed} indexed{meta}, {skipped}"
+        return f"{total} file{'s' * (total != 1)}: {self.indexed} indexed{meta}, {skipped}"
 
 
 def _matches(rel: str, globs: Sequence[str]) -> bool:
