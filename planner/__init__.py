@@ -16,6 +16,7 @@ from planner.logical import (
     parse_plan,
     plan_digest,
     plan_from_dict,
+    plan_from_input,
     plan_json_schema,
 )
 from planner.matching import FilterLoss, Match, check_filter_fields, match, pinned_contracts
@@ -100,6 +101,7 @@ __all__ = [
     "plan_digest",
     "plan_fingerprint",
     "plan_from_dict",
+    "plan_from_input",
     "plan_json_schema",
     "render_json",
     "render_text",

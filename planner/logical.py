@@ -11,6 +11,7 @@ import os
 import weakref
 from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -37,6 +38,7 @@ from rsc import (
     first_validation_error,
 )
 from rsc.canonical import read_json
+from rsc.suggest import schema_version_error
 
 PLAN_SCHEMA_VERSION = "race.plan/1"
 MAX_NODES_CEILING = 4096
@@ -117,13 +119,37 @@ def parse_plan(data: bytes | str, *, where: str = "plan") -> LogicalPlan:
     return plan_from_dict(read_json(data, where=where, error=PlanError), where=where)
 
 
+def plan_from_input(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
+    """A plan as a caller gives one (``PlanInput``), parsed: a path's file is read, a ``str``
+    holding JSON text is refused (it names a file), bytes are JSON text, a mapping its object."""
+    if isinstance(plan, LogicalPlan):
+        return plan
+    if isinstance(plan, str | os.PathLike):
+        path = Path(plan)
+        if isinstance(plan, str) and plan.lstrip().startswith("{"):
+            raise PlanError("a str names a plan file; give JSON text as bytes (text.encode())", where=where)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PlanError(f"cannot read: {exc.strerror}", where=str(path)) from exc
+        return parse_plan(data, where=str(path))
+    if isinstance(plan, bytes):
+        return parse_plan(plan, where=where)
+    return plan_from_dict(dict(plan), where=where)
+
+
 def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
     if not isinstance(raw, dict):
         raise PlanError("a plan must be a JSON object", where=where)
-    if raw.get("schema_version") != PLAN_SCHEMA_VERSION:
-        raise PlanError(
-            f"field 'schema_version' must be {PLAN_SCHEMA_VERSION!r}, got {raw.get('schema_version')!r}", where=where
-        )
+    if "$schema" in raw:
+        # An editor's pointer to the published schema (docs/schemas/plan.schema.json): accepted and
+        # ignored, so it never enters the plan or its fingerprint.
+        if not isinstance(raw["$schema"], str):
+            raise PlanError(f"field '$schema' must be a string (a schema URI), got {raw['$schema']!r}", where=where)
+        raw = {k: v for k, v in raw.items() if k != "$schema"}
+    wrong = schema_version_error(raw, PLAN_SCHEMA_VERSION)
+    if wrong is not None:
+        raise PlanError(wrong, where=where)
     size = len(raw.get("obligations") or []) + len(raw.get("operators") or [])
     if size > MAX_NODES_CEILING:
         raise BoundExceeded(f"plan has {size} nodes; at most {MAX_NODES_CEILING} are accepted", where=where)
@@ -133,7 +159,7 @@ def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
         err = exc.errors()[0]
         if err["type"] == "value_error" and "; budget.max_" in str(err["msg"]):
             raise BoundExceeded(str(err["msg"]).removeprefix("Value error, "), where=where) from exc
-        raise PlanError(_located(first_validation_error(exc), raw), where=where) from exc
+        raise PlanError(_located(first_validation_error(exc, LogicalPlan), raw), where=where) from exc
     check_graph(plan, where=where)
     return normalize(plan)
 

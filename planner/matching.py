@@ -35,6 +35,7 @@ from rsc import (
     VersionRangeError,
     weakest,
 )
+from rsc.suggest import did_you_mean
 
 LossKind = Literal["pushed_exact", "pushed_ann", "residual_postfilter", "impossible"]
 
@@ -79,13 +80,18 @@ def check_filter_fields(plan: LogicalPlan, contracts: Sequence[Contract], *, whe
         for flt in (leaf for f in (*ob.hard_filters, *ob.soft_filters) for leaf in f.leaves()):
             if flt.field not in known:
                 raise UnknownFilterField(
-                    f"obligation {ob.id!r} filters on unknown field {flt.field!r} (known: {', '.join(sorted(known))})",
+                    f"obligation {ob.id!r} filters on unknown field {flt.field!r}{did_you_mean(flt.field, known)}"
+                    f" (known: {', '.join(sorted(known))})",
                     where=where,
                 )
     for op in plan.operators:
         for flt in (leaf for f in getattr(op, "filters", ()) for leaf in f.leaves()):
             if flt.field not in known:
-                raise UnknownFilterField(f"operator {op.id!r} filters on unknown field {flt.field!r}", where=where)
+                raise UnknownFilterField(
+                    f"operator {op.id!r} filters on unknown field {flt.field!r}{did_you_mean(flt.field, known)}"
+                    f" (known: {', '.join(sorted(known))})",
+                    where=where,
+                )
 
 
 def pinned_contracts(plan: LogicalPlan, contracts: Sequence[Contract], *, where: str = "plan") -> tuple[Contract, ...]:
@@ -99,7 +105,9 @@ def pinned_contracts(plan: LogicalPlan, contracts: Sequence[Contract], *, where:
         by_id.setdefault(c.rsc_id, []).append(c)
     for rsc_id, text in sorted(plan.contracts.items()):
         if rsc_id not in by_id:
-            raise VersionRangeError(f"pinned contract {rsc_id!r} is not known", where=f"{where}: contracts.{rsc_id}")
+            hint = did_you_mean(rsc_id, by_id)
+            place = f"{where}: contracts.{rsc_id}"
+            raise VersionRangeError(f"pinned contract {rsc_id!r} is not known{hint}", where=place)
         rng = VersionRange.parse(text, where=f"{where}: contracts.{rsc_id}")
         if not any(rng.contains(c.semver) for c in by_id[rsc_id]):
             versions = ", ".join(sorted(c.version for c in by_id[rsc_id]))

@@ -14,12 +14,13 @@ from typing import Any, ParamSpec, TypeVar, Unpack, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, PlanInput, compile_plan, parse_plan, plan_digest, plan_from_dict
+from planner import Explain, LogicalPlan, PlanInput, compile_plan, plan_digest, plan_from_dict
+from planner.logical import plan_from_input
 from race.evaluation.batch import PlanFailure, run_many
 from race.evidence.tools import EvidenceTools
 from race.facts import SETUP_TIMEOUT_S, BackendFacts
 from race.indexing.bundled import ensure_bundled_index
-from race.indexing.indexing import absent_contracts, check_plan_filters
+from race.indexing.indexing import absent_contracts, check_plan_filters, corpus_root
 from race.indexing.instances import connect_remotes as connect_remotes
 from race.indexing.instances import index_adapters, open_catalog
 from race.indexing.instances import known_contracts as known_contracts
@@ -67,6 +68,8 @@ class Engine(BackendFacts, EvidenceTools):
     """Contracts the index was built without (a lexical cold start), each with the reason."""
     record_stats: Path | None = None
     """Where every run appends its scans' measurements (``race.state.learned``); runs are then analyzed."""
+    corpus_root: str | None = None
+    """The corpus the index was built from, as its manifest records it; receipts carry it."""
 
     def __init__(
         self,
@@ -114,6 +117,7 @@ class Engine(BackendFacts, EvidenceTools):
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
         engine.absent, engine.record_stats = absent_contracts(index_dir), record_stats
+        engine.corpus_root = corpus_root(index_dir)
         return engine
 
     @classmethod
@@ -163,22 +167,7 @@ class Engine(BackendFacts, EvidenceTools):
 
     @staticmethod
     def parse(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
-        if isinstance(plan, LogicalPlan):
-            return plan
-        if isinstance(plan, str | os.PathLike):
-            from rsc import PlanError
-
-            path = Path(plan)
-            if isinstance(plan, str) and plan.lstrip().startswith("{"):
-                raise PlanError("a str names a plan file; give JSON text as bytes (text.encode())", where=where)
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise PlanError(f"cannot read: {exc.strerror}", where=str(path)) from exc
-            return parse_plan(data, where=str(path))
-        if isinstance(plan, bytes):
-            return parse_plan(plan, where=where)
-        return plan_from_dict(dict(plan), where=where)
+        return plan_from_input(plan, where=where)
 
     def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
         # The plan's own canonical digest, computed once per plan object, stands for the plan.
@@ -270,7 +259,7 @@ class Engine(BackendFacts, EvidenceTools):
             if cached is not None:
                 _log.debug("run %s: receipt cache hit", where)
                 operational = clock.operational(plan_hit, "hit")
-                return cached.model_copy(update={"operational": operational})
+                return cached.model_copy(update={"operational": operational, "corpus": self.corpus_root})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
@@ -309,7 +298,7 @@ class Engine(BackendFacts, EvidenceTools):
             stats, contracts = self.statistics(generations), self.contracts_at(generations)
             operational = with_analysis(operational, explain, receipt, contracts, stats)
             await anyio.to_thread.run_sync(record_observations, self.record_stats, operational.analysis)
-        receipt = receipt.model_copy(update={"operational": operational})
+        receipt = receipt.model_copy(update={"operational": operational, "corpus": self.corpus_root})
         await recorder.commit(receipt)
         return receipt
 
@@ -349,7 +338,8 @@ class Engine(BackendFacts, EvidenceTools):
         )
         root = await executor.run()
         replayed = session.finish(executor.receipt(root, models=session.models))
-        return replayed.model_copy(update={"operational": clock.replayed(executor, len(session.used))})
+        operational = clock.replayed(executor, len(session.used))
+        return replayed.model_copy(update={"operational": operational, "corpus": recorded.corpus})
 
     # -- one-line search --------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The receipt: normalized evidence and exactly what was and was not searched.
 
-``normalized_bytes`` is the canonical JSON of everything but ``lineage``, ``retained`` and
-``operational``: it depends only on the inputs, never on timing or completion order (I5),
-and replay reproduces it byte for byte (I8). ``retained`` is left out with the lineage it
+``normalized_bytes`` is the canonical JSON of everything but ``lineage``, ``retained``,
+``operational`` and ``corpus`` (where the cited files are on this machine): it depends only
+on the inputs, never on timing or completion order (I5), and replay reproduces it byte for
+byte (I8). ``retained`` is left out with the lineage it
 belongs to: its artifact digests include retrieval times.
 """
 
@@ -272,6 +273,10 @@ class Receipt(Record):
     """The digests of the responses retained for replay (``--retain``)."""
     operational: Operational = Operational()
     """Timing, call and cache counts; not part of the normalized receipt."""
+    corpus: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The absolute path of the corpus the index was built from (its folder, or its JSONL file):
+    where the cited files live, read by ``race verify`` and ``race context``. Not part of the
+    normalized receipt: it says where the files are, not what was found."""
     roles: Roles | None = Field(default=None, exclude_if=lambda v: v is None)
     """The fields and relations staleness and origins read, where the index's schema gives RACE's
     roles to others than the bundled corpus's (``race.roles``); replay reads them from here."""
@@ -322,7 +327,7 @@ class Receipt(Record):
         return self.model_copy(update={"fingerprints": fps})
 
 
-_NOT_NORMALIZED = {"lineage", "retained", "operational"}
+_NOT_NORMALIZED = {"lineage", "retained", "operational", "corpus"}
 
 
 def receipt_json_schema() -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from rsc.calibration import Calibration
 from rsc.canonical import CanonicalFloat, read_json
@@ -214,13 +214,13 @@ def parse_contract(data: bytes | str, *, where: str) -> Contract:
     if not isinstance(raw, dict):
         raise ContractError("an RSC document must be a JSON object", where=where)
     if raw.get("schema_version") != RSC_SCHEMA_VERSION:
-        raise ContractError(
-            f"schema_version must be {RSC_SCHEMA_VERSION!r}, got {raw.get('schema_version')!r}", where=where
-        )
+        from rsc.suggest import schema_version_error
+
+        raise ContractError(schema_version_error(raw, RSC_SCHEMA_VERSION) or "", where=where)
     try:
         return Contract.model_validate(raw)
     except ValidationError as exc:
-        raise ContractError(first_validation_error(exc), where=where) from exc
+        raise ContractError(first_validation_error(exc, Contract), where=where) from exc
 
 
 def load_contract(path: Path) -> Contract:
@@ -231,8 +231,9 @@ def load_contract(path: Path) -> Contract:
     return parse_contract(data, where=str(path))
 
 
-def first_validation_error(exc: ValidationError) -> str:
-    """One line for the first pydantic error: the field path and what is wrong with it."""
+def first_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line for the first pydantic error: the field path and what is wrong with it; given
+    the ``model`` validated, an unknown field names the closest known one (did you mean)."""
     errors = exc.errors()
     # An unknown field usually explains the other errors (a misspelt key is also "missing").
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
@@ -240,6 +241,10 @@ def first_validation_error(exc: ValidationError) -> str:
     message = err["msg"]
     if err["type"] == "extra_forbidden":
         message = "unknown field"
+        if model is not None and err["loc"]:
+            from rsc.suggest import did_you_mean, known_fields
+
+            message += did_you_mean(str(err["loc"][-1]), known_fields(model, err["loc"][:-1]))
     elif err["type"] == "missing":
         message = "required field is missing"
     return f"field '{loc}': {message}"

@@ -105,6 +105,8 @@ def test_bad_input_fails_closed(
     assert err.count("\n") == 1 and err.startswith("race: error: "), err
     for fragment in case["expect"]:
         assert fragment in err, f"{fragment!r} not in {err!r}"
+    for fragment in case.get("expect_not", ()):
+        assert fragment not in err, f"{fragment!r} in {err!r}"
     assert _files(tmp_path) == before
 
 

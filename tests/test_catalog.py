@@ -257,6 +257,13 @@ def test_custody_fields_the_source_lacks_are_null_with_the_reason(
     # A citation without lines cannot be checked, and says so rather than passing.
     report = verify_receipt(receipt, Path("/usr/share/common-licenses"))
     assert report.counts["missing"] == len(hits) and report.counts["valid"] == 0
+    # The receipt's text says what is known, and that the rest is not: never 'None'.
+    from race.cli.render import receipt_text
+    from race.evidence.verify import verify_text
+
+    text = receipt_text(receipt) + verify_text(report)
+    assert "None" not in text
+    assert "(no source path)" in text and "(no line span)" in text and "(no hash)" in text
 
 
 # -- instances of one kind, and overrides ----------------------------------------------------------

@@ -12,6 +12,7 @@ from race.cli.main import main
 from race.cli.render import receipt_json
 from race.engine import Engine
 from race.evidence.packet import Packet, build_packet, token_counter
+from race.evidence.packet_text import passage_lines
 from race.indexing.bundled import BUNDLED_CORPUS, SHOWCASE_PLAN
 from race.receipt import Receipt
 from rsc import InputError
@@ -131,3 +132,47 @@ def test_cli_prints_the_packet_text_or_json(
     data = json.loads(capsys.readouterr().out)
     assert data["schema_version"] == "race.packet/1" and data["tokens"] <= 1000
     assert main(["context", str(saved), "--max-chars", "10"]) == 2
+
+
+def test_a_passage_too_long_for_the_budget_is_shortened_at_lines_and_says_so(tmp_path: Path) -> None:
+    """On real text (argparse's own module docstring, one long section), a budget that holds the
+    header but no whole passage quotes the first lines that fit, cites exactly those lines, and
+    says the hit cited more: never a packet of 0 passages while some lines would fit."""
+    import argparse
+    import textwrap
+
+    from race.evidence.verify import verify_receipt
+    from race.indexing.indexing import build_index
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    body = "\n".join(textwrap.wrap(" ".join(str(argparse.__doc__).split()), 72))
+    (corpus / "argparse.md").write_text(f"# argparse\n\n## Overview\n\n{body}\n", encoding="utf-8")
+    build_index(corpus, tmp_path / "index", vectors=False)
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "o",
+        "obligations": [
+            {"id": "o", "kind": "seek_support", "query": {"text": "ArgumentParser"}, "query_class": "lexical"}
+        ],
+    }
+    receipt = Engine.open(tmp_path / "index").run_sync(plan)
+    assert receipt.evidence and verify_receipt(receipt, corpus).holds
+    whole = build_packet(receipt, corpus, max_chars=100_000)
+    longest = max(whole.passages, key=lambda p: len(p.text))
+    header = len(whole.text) - sum(len("\n".join(passage_lines(p))) + 1 for p in whole.passages)
+    budget = header + len(longest.text) // 2
+    packet = build_packet(receipt, corpus, max_chars=budget)
+    assert len(packet.text) <= budget and packet.passages
+    cut = [p for p in packet.passages if p.shortened_from is not None]
+    assert cut, "no passage was shortened"
+    for p in cut:
+        c = p.citation
+        source = (corpus / c.source_path).read_text(encoding="utf-8").splitlines(keepends=True)
+        assert p.text == "".join(source[c.line_start - 1 : c.line_end])
+        assert p.shortened_from is not None and c.line_end < p.shortened_from
+        assert f"shortened to fit the budget: the hit cites lines {c.line_start}-{p.shortened_from}" in packet.text
+        assert c.char_start is not None and c.char_end is not None
+        assert "".join(source)[c.char_start : c.char_end] == p.text.rstrip("\n")
+    assert packet.quoted_chars == sum(len(p.text) for p in packet.passages) > 0
+    assert build_packet(receipt, corpus, max_chars=budget) == packet

@@ -105,3 +105,24 @@ def test_race_schema_prints_every_published_document(capsys: pytest.CaptureFixtu
     assert choices is not None and sorted(choices) == sorted(DOCUMENTS)
     assert main(["schema", "catalog"]) == 0
     assert json.loads(capsys.readouterr().out) == document_schema("catalog")
+
+
+def test_a_plan_naming_its_schema_validates_and_parses_as_without_it(tmp_path: Path) -> None:
+    """A "$schema" key (an editor's pointer to the published schema) is valid against that
+    schema, and every parser accepts and ignores it: the plan and its fingerprint are the same."""
+    from planner import logical_fingerprint, parse_plan, plan_from_dict
+    from race.cli.main import main
+    from rsc import PlanError
+
+    raw = json.loads((FIXTURES / "plans" / "showcase.json").read_text())
+    named = {"$schema": "https://example.org/race/plan.schema.json", **raw}
+    _validator("plan").validate(named)
+    plain = parse_plan(json.dumps(raw))
+    assert parse_plan(json.dumps(named)) == plain == plan_from_dict(named)
+    assert logical_fingerprint(plan_from_dict(named)) == logical_fingerprint(plain)
+    assert Engine.parse(named) == plain
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(named))
+    assert main(["plan", str(path), "--index", "bundled"]) == 0
+    with pytest.raises(PlanError, match=r"\$schema"):
+        plan_from_dict({**raw, "$schema": 3})

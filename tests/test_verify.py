@@ -80,6 +80,33 @@ def test_shifted_text_is_moved_and_a_deleted_file_is_missing(showcase: Receipt, 
     assert {c.status for c in report.citations if c.source_path not in (path, gone)} == {"valid"}
 
 
+def test_an_earlier_line_edited_in_place_leaves_the_cited_lines_valid(showcase: Receipt, corpus: Path) -> None:
+    """An edit that changes an earlier line's length shifts every later character offset but
+    no line: the citations after it still hold at their lines, so they are valid, not moved."""
+    path, _, line = _file_with_two_cited_chunks(showcase)
+    lines = (corpus / path).read_text().splitlines(keepends=True)
+    covered = {
+        n
+        for item in showcase.evidence
+        for h in item.hits
+        for c in (h.custody,)
+        if c.source_path == path and c.line_start is not None and c.line_end is not None
+        for n in range(c.line_start, c.line_end + 1)
+    }
+    earlier = next(n for n in range(1, line) if n not in covered and lines[n - 1].strip())
+    lines[earlier - 1] = lines[earlier - 1].rstrip("\n") + " (a longer line now)\n"
+    (corpus / path).write_text("".join(lines))
+
+    report = verify_receipt(showcase, corpus)
+    after = [
+        c for c in report.citations if c.source_path == path and c.line_start is not None and c.line_start > earlier
+    ]
+    assert after
+    assert all(c.status == "valid" and c.source_hash == "differs" for c in after)
+    assert all("characters now" in c.detail for c in after)
+    assert report.holds
+
+
 def test_a_path_outside_the_corpus_is_missing(showcase: Receipt, corpus: Path) -> None:
     item = showcase.evidence[0]
     hit = item.hits[0]
@@ -139,3 +166,42 @@ def test_a_jsonl_corpus_is_checked_per_document(tmp_path: Path) -> None:
     docs.write_text(json.dumps(rows[0]) + "\n")
     (gone,) = [c for c in verify_receipt(receipt, docs).citations if c.source_path == "docs.jsonl#b"]
     assert gone.status == "missing" and "not found" in gone.detail
+
+
+def test_a_receipt_carries_its_corpus_root_for_verify_and_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's index records where its corpus is; its receipts carry it (outside the normalized
+    receipt), so `race verify` and `race context` need no --corpus; --corpus overrides it, and a
+    corpus that moved away is bad input naming the place."""
+    from race.indexing.indexing import build_index
+
+    corpus = tmp_path / "notes"
+    corpus.mkdir()
+    (corpus / "raft.md").write_text("# Raft\n\n## Leader election\n\nA leader is elected by a majority vote.\n")
+    (corpus / "paxos.txt").write_text("Paxos reaches consensus with a majority of acceptors.\n")
+    build_index(corpus, tmp_path / "index", vectors=False)
+    copy = tmp_path / "elsewhere" / "notes"
+    shutil.copytree(corpus, copy)
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "o",
+        "obligations": [{"id": "o", "kind": "seek_support", "query": {"text": "majority"}, "query_class": "lexical"}],
+    }
+    receipt = Engine.open(tmp_path / "index").run_sync(plan)
+    assert receipt.corpus == str(corpus.resolve()) and receipt.evidence
+    assert "corpus" not in receipt.normalized()  # where the files are is not what was found
+    saved = tmp_path / "receipt.json"
+    saved.write_text(receipt_json(receipt))
+
+    assert main(["verify", str(saved)]) == 0
+    out, err = capsys.readouterr()
+    assert f"under {corpus.resolve()} (recorded in the receipt)" in err and "0 changed" in out
+    assert main(["context", str(saved), "--max-chars", "3000"]) == 0
+    assert "A leader is elected" in capsys.readouterr().out
+    shutil.rmtree(corpus)
+    assert main(["verify", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(corpus.resolve()) in err and "--corpus" in err
+    assert main(["verify", str(saved), "--corpus", str(copy)]) == 0
+    assert f"under {copy} (--corpus)" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,8 +26,9 @@ import yaml
 from pydantic import Field, ValidationError
 
 from backends.ingest.chunking import TokenCounter, fit, sections
-from backends.ingest.files import corpus_files, jsonl_lines, read_document
-from backends.ingest.schema import CorpusSchema, default_schema, load_schema
+from backends.ingest.files import Ingest, Skipped, jsonl_lines, path_id, read_file, reason_words, scan_folder
+from backends.ingest.formats import html_text, rst_title
+from backends.ingest.schema import CorpusSchema, FieldSpec, FieldType, default_schema, load_schema, schema_path
 from rsc import CorpusError, Record, fingerprint, first_validation_error
 from rsc.records import MetadataValue
 
@@ -37,6 +38,8 @@ METADATA_FIELDS: tuple[str, ...] = ("doc_type", "date", "component", "version", 
 EDGE_RELATIONS: tuple[str, ...] = ("cites", "supersedes", "derived_from", "mentions", "depends_on")
 """The relations of the default schema."""
 
+PATH_FIELD = "path"
+"""The field a folder without a schema gets: each file's path in the corpus."""
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+~-]*$")
 
 
@@ -67,6 +70,8 @@ class Corpus(Record):
     chunks: tuple[Chunk, ...]
     edges: tuple[Edge, ...]
     corpus_schema: CorpusSchema = Field(default_factory=default_schema)
+    ingest: Ingest | None = None
+    """A folder corpus's files accounted for: indexed, or skipped and why."""
 
     @property
     def doc_ids(self) -> tuple[str, ...]:
@@ -82,22 +87,42 @@ class Chunking:
     overlap: int = 32
 
 
-def load_corpus(path: Path, schema: CorpusSchema | None = None, chunking: Chunking | None = None) -> Corpus:
+def load_corpus(
+    path: Path,
+    schema: CorpusSchema | None = None,
+    chunking: Chunking | None = None,
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> Corpus:
     """Load a corpus folder or JSONL file under its schema (the one beside it unless given);
-    every defect names its file and line."""
+    every defect names its file and line. A folder's files are chosen by ``include`` and
+    ``exclude`` globs (``backends.ingest.files.scan_folder``), and every file is accounted for
+    (``Corpus.ingest``)."""
     if not path.exists():
         raise CorpusError("no such corpus file or folder", where=str(path))
-    schema = schema if schema is not None else load_schema(path)
+    if schema is None:
+        declared = schema_path(path) is not None or not path.is_dir()
+        schema = load_schema(path) if declared else folder_schema(path, include=include, exclude=exclude)
     how = chunking or Chunking()
+    ingest = None
     if path.is_dir():
-        chunks, edges_path = _load_folder(path, schema, how), path / "edges.jsonl"
+        (chunks, ingest), edges_path = _load_folder(path, schema, how, include, exclude), path / "edges.jsonl"
     else:
+        if include or exclude:
+            why = "--include and --exclude choose files of a folder corpus, not of a JSONL file"
+            raise CorpusError(why, where=str(path))
         chunks, edges_path = _load_jsonl_documents(path, schema, how), path.with_name(path.stem + ".edges.jsonl")
         if not edges_path.exists():
             edges_path = path.parent / "edges.jsonl"
     edges = _load_edges(edges_path, schema) if edges_path.exists() else ()
     if not chunks:
-        raise CorpusError("the corpus has no documents", where=str(path))
+        why = ""
+        if ingest is not None and ingest.skipped:
+            first = ingest.skipped[0]
+            detail = f": {first.detail}" if first.detail else ""
+            why = f" ({ingest.summary()}; first: {first.path} {reason_words(first.reason)}{detail})"
+        raise CorpusError(f"the corpus has no documents{why}", where=str(path))
     ids = [c.chunk_id for c in chunks]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[0]
@@ -111,7 +136,12 @@ def load_corpus(path: Path, schema: CorpusSchema | None = None, chunking: Chunki
     if schema != default_schema():
         content["schema"] = schema.fingerprint
     return Corpus(
-        root=str(path), revision=fingerprint(content), chunks=tuple(chunks), edges=edges, corpus_schema=schema
+        root=str(path),
+        revision=fingerprint(content),
+        chunks=tuple(chunks),
+        edges=edges,
+        corpus_schema=schema,
+        ingest=ingest,
     )
 
 
@@ -191,28 +221,43 @@ def chunk_document(
     return chunks
 
 
-def _load_folder(root: Path, schema: CorpusSchema, chunking: Chunking) -> list[Chunk]:
-    files = [p for p in corpus_files(root) if p.name.lower() != "readme.md" or p.parent != root]
+def _load_folder(
+    root: Path, schema: CorpusSchema, chunking: Chunking, include: Sequence[str], exclude: Sequence[str]
+) -> tuple[list[Chunk], Ingest]:
+    files, skipped, metadata_files = scan_folder(root, include=include, exclude=exclude)
     chunks: list[Chunk] = []
     seen: dict[str, str] = {}
     own = frozenset({schema.id_field, schema.title_field})
-    for path in files:
+    for path, kind in files:
         rel = path.relative_to(root).as_posix()
-        data, text = read_document(path, rel)
-        markdown = path.suffix == ".md"
+        read = read_file(path, rel)
+        if isinstance(read, Skipped):
+            skipped.append(read)
+            continue
+        data, source = read
+        markdown = kind == "markdown"
+        text, found_title = html_text(source) if kind == "html" else (source, "")
         lines = text.splitlines(keepends=True)
+        if kind == "rst":
+            found_title = rst_title(lines)
         front, key_lines, body_start = parse_front_matter(lines, rel) if markdown else ({}, {}, 0)
-        doc_id = front.get(schema.id_field) or path.relative_to(root).with_suffix("").as_posix()
+        # A .md or .txt document is named by its path without the extension (as always); a file
+        # of another format by its whole path, so README and README.Debian stay two documents.
+        named = path.relative_to(root)
+        named = named.with_suffix("") if path.suffix in (".md", ".txt") else named
+        doc_id = front.get(schema.id_field) or path_id(named.as_posix())
         where_id = f"{rel}:{key_lines[schema.id_field]}" if schema.id_field in key_lines else rel
         if not isinstance(doc_id, str) or not _ID.match(doc_id):
             raise CorpusError(f"document id {doc_id!r} has characters outside [A-Za-z0-9_.:/+~-]", where=where_id)
         if doc_id in seen:
             raise CorpusError(f"document id {doc_id!r} is also used by {seen[doc_id]}", where=where_id)
         seen[doc_id] = rel
-        title = front.get(schema.title_field) or ""
+        title = front.get(schema.title_field) or found_title
         if not isinstance(title, str):
             raise CorpusError(f"field {schema.title_field!r} must be a string", where=rel)
         metadata: dict[str, MetadataValue] = {"doc_id": doc_id}
+        if PATH_FIELD in schema.fields and PATH_FIELD not in front:
+            front = {**front, PATH_FIELD: rel}  # the file's path in the corpus, unless front matter says otherwise
         metadata.update(schema.metadata(front, where=rel, lines=key_lines, skip=own))
         chunks += chunk_document(
             doc_id=doc_id,
@@ -225,7 +270,15 @@ def _load_folder(root: Path, schema: CorpusSchema, chunking: Chunking) -> list[C
             markdown=markdown,
             chunking=chunking,
         )
-    return chunks
+    indexed = len({c.source_path for c in chunks})
+    ingest = Ingest(
+        indexed=indexed,
+        metadata=tuple(metadata_files),
+        skipped=tuple(sorted(skipped, key=lambda s: s.path)),
+        include=tuple(include),
+        exclude=tuple(exclude),
+    )
+    return chunks, ingest
 
 
 def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking) -> list[Chunk]:
@@ -247,6 +300,8 @@ def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking) 
         metadata: dict[str, MetadataValue] = {"doc_id": doc_id}
         metadata.update(schema.metadata(raw, where=where, skip=own))
         source = str(raw.get("path") or f"{path.name}#{doc_id}")
+        if PATH_FIELD in schema.fields:
+            metadata[PATH_FIELD] = source
         # The text is data: a '---' block at its start is text, never front matter (I14).
         chunks += chunk_document(
             doc_id=doc_id,
@@ -292,7 +347,17 @@ def _load_edges(path: Path, schema: CorpusSchema) -> tuple[Edge, ...]:
     return tuple(sorted(edges, key=lambda e: (e.src, e.relation, e.dst)))
 
 
-def infer_schema(path: Path) -> CorpusSchema:
+def folder_schema(path: Path, *, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> CorpusSchema:
+    """The schema of a folder that declares none: its own, never the bundled corpus's — the
+    ``path`` field (each file's path in the corpus, a keyword), and the fields and relations
+    ``infer_schema`` finds in its front matter and edges. A filter on any other field is bad
+    input naming the fields it has."""
+    inferred = infer_schema(path, include=include, exclude=exclude)
+    fields = {PATH_FIELD: FieldSpec(type=FieldType.KEYWORD), **inferred.fields}
+    return CorpusSchema.model_validate(inferred.model_dump() | {"fields": dict(sorted(fields.items()))})
+
+
+def infer_schema(path: Path, *, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> CorpusSchema:
     """A schema for a corpus that has none, from the values it holds, for the user to review:
     a field is the narrowest type every one of its values fits (``keyword`` when none does);
     fields and relations whose names the default schema gives a role get that role."""
@@ -303,14 +368,13 @@ def infer_schema(path: Path) -> CorpusSchema:
     values: dict[str, list[Any]] = {}
     if path.is_dir():
         edges_path = path / "edges.jsonl"
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix == ".md")
-        for file in files:
+        files, _, _ = scan_folder(path, include=include, exclude=exclude)
+        for file, kind in files:
             rel = file.relative_to(path).as_posix()
-            try:
-                text = file.read_text(encoding="utf-8")
-            except UnicodeDecodeError as exc:
-                raise CorpusError(f"not UTF-8 text (byte {exc.start})", where=rel) from exc
-            front, _, _ = parse_front_matter(text.splitlines(keepends=True), rel)
+            read = read_file(file, rel) if kind == "markdown" else None
+            if read is None or isinstance(read, Skipped):
+                continue  # only Markdown has front matter; a file that cannot be read is skipped
+            front, _, _ = parse_front_matter(read[1].splitlines(keepends=True), rel)
             for key, value in front.items():
                 if key not in ("id", "title"):
                     values.setdefault(key, []).append(value)

@@ -118,10 +118,11 @@ class CorpusSchema(Record):
         reserved = sorted(set(self.fields) & RESERVED_FIELDS)
         if reserved:
             raise ValueError(f"field {reserved[0]!r} is a name every chunk already has; rename it")
-        own = {self.id_field, self.title_field, self.text_field, "path"}
+        # A field named "path" is allowed: the loader fills it with each document's source path.
+        own = {self.id_field, self.title_field, self.text_field}
         clash = sorted(set(self.fields) & own)
         if clash:
-            raise ValueError(f"field {clash[0]!r} is the id, title, text or path field, not metadata")
+            raise ValueError(f"field {clash[0]!r} is the id, title or text field, not metadata")
         for role in FieldRole:
             named = [name for name, spec in self.fields.items() if role in spec.roles]
             if len(named) > 1:

@@ -1,2 +1,3 @@
 """The command line (``race``): the entry point and commands (``race.cli.main``), the index,
-evidence and serve commands, argument parsing, shell completion and rendering of receipts."""
+inspect, evidence and serve commands, argument parsing, shell completion and rendering of
+receipts."""

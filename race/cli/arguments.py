@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,11 +30,47 @@ def canonical_pretty(value: Any) -> str:
 
 
 class CommandParser(argparse.ArgumentParser):
-    """argparse's parser, reporting a usage error in one line instead of usage plus error."""
+    """argparse's parser, reporting a usage error in one line instead of usage plus error: one
+    ``race: error:`` prefix, the subcommand named, and the closest command or flag to a misspelt
+    one (did you mean)."""
 
     def error(self, message: str) -> NoReturn:
         text = " ".join(message.split())
-        self.exit(EXIT_BAD_INPUT, f"race: error: {self.prog}: {text} (see `{self.prog} --help`)\n")
+        choice = _INVALID_CHOICE.search(text)
+        if choice is not None:
+            from rsc.suggest import did_you_mean
+
+            hint = did_you_mean(choice["word"], _CHOICE.findall(choice["choices"]))
+            text = f"{text[: choice.start()]}invalid choice: {choice['word']!r}{hint}; choose from {choice['choices']}"
+        command = self.prog.removeprefix("race").strip()
+        place = f"{command}: " if command else ""
+        self.exit(EXIT_BAD_INPUT, f"race: error: {place}{text} (see `{self.prog} --help`)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog == "race":
+            # argparse reports a subcommand's unknown flag from the top parser: name the subcommand
+            # and the closest of its own flags.
+            from rsc.suggest import did_you_mean
+
+            sub = self._subcommand(getattr(parsed, "command", None))
+            flags = [flag for action in sub._actions for flag in action.option_strings] if sub else []
+            hint = did_you_mean(extras[0], flags) if extras[0].startswith("-") else ""
+            (sub or self).error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
+
+    def _subcommand(self, name: str | None) -> argparse.ArgumentParser | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                found: argparse.ArgumentParser = action.choices[name]
+                return found
+        return None
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<word>[^']*)' \(choose from (?P<choices>.*)\)$")
+_CHOICE = re.compile(r"'([^']*)'")
 
 
 def seconds(text: str) -> float:

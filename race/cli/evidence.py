@@ -8,44 +8,61 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from race.cli.arguments import INDEX_HELP, canonical_pretty
 from rsc import InputError
 
+if TYPE_CHECKING:
+    from race.receipt import Receipt
+
+
+def corpus_of(receipt: Receipt, given: str | None) -> Path:
+    """The corpus a receipt's citations are read from: ``--corpus`` when given, else the one
+    the receipt records (its index's); stated on standard error, refused when it is not there."""
+    if given:
+        corpus, how = Path(given), "--corpus"
+    elif receipt.corpus is not None:
+        corpus, how = Path(receipt.corpus), "recorded in the receipt"
+    else:
+        why = "the receipt records no corpus (its index predates corpus roots); pass --corpus"
+        raise InputError(why, where="--corpus")
+    if not corpus.exists():
+        moved = "" if given else "; was it moved? pass --corpus"
+        raise InputError(f"no such corpus folder or JSONL file ({how}){moved}", where=str(corpus))
+    print(f"race: reading the cited files under {corpus} ({how})", file=sys.stderr)
+    return corpus
+
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from race.evidence.verify import EXIT_CITATION_BROKEN, verify_receipt, verify_text
-    from race.indexing.bundled import BUNDLED_CORPUS
     from race.state.replay import load_receipt
 
-    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
-    if not corpus.exists():
-        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
-    report = verify_receipt(load_receipt(Path(args.receipt)), corpus)
+    receipt = load_receipt(Path(args.receipt))
+    report = verify_receipt(receipt, corpus_of(receipt, args.corpus))
     sys.stdout.write(canonical_pretty(report) + "\n" if args.json else verify_text(report))
     return 0 if report.holds else EXIT_CITATION_BROKEN
 
 
 def cmd_context(args: argparse.Namespace) -> int:
     from race.evidence.packet import build_packet
-    from race.indexing.bundled import BUNDLED_CORPUS
     from race.state.replay import load_receipt
 
-    corpus = Path(args.corpus) if args.corpus else BUNDLED_CORPUS
-    if not corpus.exists():
-        raise InputError("no such corpus folder or JSONL file", where=str(corpus))
+    receipt = load_receipt(Path(args.receipt))
     packet = build_packet(
-        load_receipt(Path(args.receipt)),
-        corpus,
+        receipt,
+        corpus_of(receipt, args.corpus),
         max_chars=args.max_chars,
         max_tokens=args.max_tokens,
         tokenizer=args.tokenizer,
     )
     sys.stdout.write(canonical_pretty(packet) + "\n" if args.json else packet.text)
     approx = " (approximate)" if packet.tokens_approximate else ""
+    cut = sum(p.shortened_from is not None for p in packet.passages)
+    shortened = f" ({cut} shortened to fit)" if cut else ""
     print(
-        f"race: packet of {len(packet.passages)} passages, {packet.chars} of {packet.max_chars} characters, "
+        f"race: packet of {len(packet.passages)} passages{shortened}, {packet.chars} of {packet.max_chars} characters "
+        f"({packet.quoted_chars} quoted, {packet.chars - packet.quoted_chars} header and citations), "
         f"{packet.tokens} tokens{approx} by {packet.tokenizer}",
         file=sys.stderr,
     )
@@ -114,7 +131,7 @@ def add_evidence_commands(sub: Any) -> None:
     """Add the ``verify``, ``context``, ``cite`` and ``eval`` subcommands to ``race``'s subparsers."""
     p = sub.add_parser("verify", help="check that every citation of a receipt still holds (exit 3 if one does not)")
     p.add_argument("receipt", help="a receipt JSON written by `race run --json`")
-    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the one it records)")
     p.add_argument("--json", action="store_true", help="the report as canonical JSON")
     p.set_defaults(func=cmd_verify)
 
@@ -123,7 +140,7 @@ def add_evidence_commands(sub: Any) -> None:
     p.add_argument("--max-chars", type=int, required=True, metavar="N", help="at most N characters in all")
     p.add_argument("--max-tokens", type=int, metavar="N", help="and at most N tokens of --tokenizer")
     p.add_argument("--tokenizer", default="all-MiniLM-L6-v2", help="all-MiniLM-L6-v2 (exact) or chars/4 (estimate)")
-    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the bundled corpus)")
+    p.add_argument("--corpus", help="the corpus folder or JSONL file the receipt cites (default: the one it records)")
     p.add_argument("--json", action="store_true", help="the packet as canonical JSON (passages, gaps, text)")
     p.set_defaults(func=cmd_context)
 

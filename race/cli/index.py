@@ -20,7 +20,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     index = Path(args.index)
     read_manifest(index)  # a missing or foreign directory is bad input, named
     if args.k < 1:
-        raise InputError(f"--k must be at least 1, got {args.k}", where="--k")
+        raise InputError(f"must be at least 1, got {args.k}", where="--k")
     print(calibration_table(calibrate_index(index, k=args.k, seed=args.seed)))
     return 0
 
@@ -51,9 +51,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise InputError("--out DIR is required (or --infer-schema to write a schema for review)", where="race index")
     from tqdm import tqdm
 
-    from race.indexing.indexing import build_index
+    from race.indexing.indexing import build_index, read_ingest
 
     bars: dict[str, tqdm] = {}
+    files = (tuple(args.include or ()), tuple(args.exclude or ()))
 
     def report(backend: str, done: int, total: int) -> None:
         bar = bars.get(backend)
@@ -76,10 +77,13 @@ def cmd_index(args: argparse.Namespace) -> int:
                 report,
                 vectors=not args.no_vectors,
                 notice=lambda text: print(f"race: notice: {text}", file=sys.stderr),
+                files=files,
             )
             generations = summary.generations
             print(f"race: {update_line(summary)}", file=sys.stderr)
         elif args.ray:
+            if args.include or args.exclude:
+                raise InputError("--include and --exclude are not read with --ray yet; leave them out", where="--ray")
             from race.indexing.distributed import build_index_on_ray
 
             corpus, out = Path(args.corpus), Path(args.out)
@@ -91,10 +95,14 @@ def cmd_index(args: argparse.Namespace) -> int:
                 report,
                 vectors=not args.no_vectors,
                 notice=lambda text: print(f"race: notice: {text}", file=sys.stderr),
+                files=files,
             )
     finally:
         for bar in bars.values():
             bar.close()
+    ingest = read_ingest(Path(args.out))
+    if ingest is not None:
+        print(f"race: {ingest.summary()}", file=sys.stderr)
     if args.json:
         sys.stdout.write(canonical_pretty(dict(sorted(generations.items()))) + "\n")
         return 0
@@ -121,7 +129,9 @@ def update_line(summary: Any) -> str:
 
 def add_index_commands(sub: Any) -> None:
     p = sub.add_parser("index", help="build the tantivy, LanceDB and graph indexes of a corpus")
-    p.add_argument("corpus", help="a folder of .md/.txt files (with edges.jsonl) or a JSONL documents file")
+    p.add_argument(
+        "corpus", help="a folder of Markdown, text, reStructuredText and HTML files (and edges.jsonl), or a JSONL file"
+    )
     p.add_argument("--out", help="index directory to create or replace")
     p.add_argument(
         "--infer-schema",
@@ -137,6 +147,12 @@ def add_index_commands(sub: Any) -> None:
         "--update",
         action="store_true",
         help="bring the index at --out to the corpus: re-index only added, changed and removed documents",
+    )
+    p.add_argument(
+        "--include", action="append", metavar="GLOB", help="index only files whose path or name matches (repeatable)"
+    )
+    p.add_argument(
+        "--exclude", action="append", metavar="GLOB", help="skip files whose path or name matches (repeatable)"
     )
     p.add_argument("--json", action="store_true", help="print the generations as JSON")
     p.add_argument(

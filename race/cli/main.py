@@ -13,6 +13,7 @@ from race.cli.analyzed import add_stats_command
 from race.cli.arguments import INDEX_HELP, CommandParser, canonical_pretty, index_named, open_engine, seconds
 from race.cli.evidence import add_evidence_commands
 from race.cli.index import add_index_commands
+from race.cli.inspect import add_inspect_command
 from race.cli.serve import add_serve_command
 from race.indexing.attach import add_milvus_command
 from race.version import __version__
@@ -176,7 +177,10 @@ def cmd_rsc(args: argparse.Namespace) -> int:
         return 0
     matches = [c for c in contracts if c.rsc_id == args.rsc_id or c.ref == args.rsc_id]
     if not matches:
-        raise InputError(f"no contract {args.rsc_id!r} (see `race rsc list`)", where="rsc show")
+        from rsc.suggest import did_you_mean
+
+        hint = did_you_mean(args.rsc_id, [c.rsc_id for c in contracts])
+        raise InputError(f"no contract {args.rsc_id!r}{hint} (see `race rsc list`)", where="rsc show")
     for c in matches:
         sys.stdout.write(canonical_pretty(c) + "\n")
     return 0
@@ -216,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     add_index_commands(sub)
+    add_inspect_command(sub)
 
     for name, func, helptext in (
         ("plan", cmd_plan, "print the physical plan of a logical plan"),

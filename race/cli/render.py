@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from race.evidence.verify import cited_place
 from race.receipt import Receipt
 from rsc import canonical_pretty
 
@@ -48,10 +49,11 @@ def receipt_text(receipt: Receipt, *, evidence_limit: int = 12) -> str:
     for item in receipt.evidence[:evidence_limit]:
         hit = item.hits[0]
         c = hit.custody
+        digest = f"{c.source_hash[:19]}…" if c.source_hash is not None else "(no hash)"
         fusion = f" {item.fusion.method}={item.fusion.score}" if item.fusion.score is not None else ""
         lines.append(f"  {item.rank:>3}. {item.key}  [{item.status.value}] {','.join(item.obligations)}{fusion}")
         lines.append(
-            f"       {c.source_path}:{c.line_start}-{c.line_end} {(c.source_hash or '(no hash)')[:19]}… "
+            f"       {cited_place(c.source_path, c.line_start, c.line_end)} {digest} "
             + "; ".join(
                 f"{h.custody.rsc} {'#' + str(h.custody.rank) if h.custody.access == 'sorted' else 'random'} "
                 f"{h.custody.score_kind.value}={h.custody.score:.4g}"

@@ -40,6 +40,10 @@ def document_schema(document: str) -> dict[str, Any]:
     }
     model, version = models[document]
     schema = model.model_json_schema(schema_generator=_described())
+    if document == "plan":
+        # A plan may name its schema for an editor to validate against; the parser ignores it.
+        pointer = {"type": "string", "description": "The JSON Schema the plan is written against; ignored."}
+        schema["properties"] = {"$schema": pointer, **schema["properties"]}
     return {"$schema": JSON_SCHEMA_DIALECT, "$id": f"urn:race:{version}", **schema}
 
 

@@ -13,6 +13,9 @@ What goes in, in order, until the budget is spent:
   answers; within each side, one passage per origin component per round (documents joined by
   ``derived_from`` edges of the corpus are one origin), so one origin cannot crowd out the
   others. A passage that does not fit is skipped, and a smaller one later may still fit;
+- then, from an origin not yet quoted, an item too long for what is left: its first lines,
+  as many as fit (at least one), cut at a line boundary; its citation names the lines kept
+  and the packet says it was shortened and from which span;
 - next to each passage: its role, status, citation (path, lines, characters, sha256, chunk,
   contracts), the obligations and operators that placed it, and the ids of the gaps that
   qualify it;
@@ -185,6 +188,31 @@ def _interleave(*sides: list[_Candidate]) -> list[_Candidate]:
     return out
 
 
+def shortened(p: Passage, lines: int) -> Passage:
+    """``p`` quoting only its first ``lines`` lines, its citation narrowed to them."""
+    c = p.citation
+    text = "".join(p.text.splitlines(keepends=True)[:lines])
+    char_end = None if c.char_start is None else c.char_start + len(text.rstrip("\n"))
+    citation = c.model_copy(update={"line_end": c.line_start + lines - 1, "char_end": char_end})
+    return p.model_copy(update={"text": text, "citation": citation, "shortened_from": c.line_end})
+
+
+def _longest_prefix(p: Passage, fits: Callable[[Passage], bool]) -> Passage | None:
+    """The passage of ``p``'s first lines, as many as ``fits`` allows (at least one), by
+    bisection over the line count; ``None`` when not even its first line fits."""
+    low, high = 0, p.citation.line_end - p.citation.line_start  # every count <= low fits; > high does not
+    if not fits(shortened(p, 1)):
+        return None
+    low = 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(shortened(p, mid)):
+            low = mid
+        else:
+            high = mid - 1
+    return shortened(p, low)
+
+
 def build_packet(
     receipt: Receipt,
     corpus: Path,
@@ -283,6 +311,16 @@ def build_packet(
         if fits(trial):
             chosen.append(passage(c, len(chosen) + 1))
             text = trial
+    # Then an item the budget cannot hold whole, from an origin not yet quoted, is quoted by its
+    # first lines: the most that fit, at least one, the kept span cited and the shortening stated.
+    for c in order:
+        if c.item.key in {p.evidence for p in chosen} or c.origin in {p.origin for p in chosen}:
+            continue
+        whole = passage(c, len(chosen) + 1)
+        kept = _longest_prefix(whole, lambda p: fits(render([*chosen, p])))
+        if kept is not None:
+            chosen.append(kept)
+            text = render(chosen)
     packet = Packet(
         receipt=fingerprint,
         max_chars=max_chars,
@@ -290,10 +328,11 @@ def build_packet(
         tokenizer=counter.name,
         tokens_approximate=counter.approximate,
         chars=len(text),
+        quoted_chars=sum(len(p.text) for p in chosen),
         tokens=counter.count(text),
         gaps=gaps,
         passages=tuple(chosen),
-        handles=handles_of(chosen, quoted),
+        handles=handles_of(chosen),
         omitted=tuple(omitted(chosen)),
         text=text,
         fingerprint="",

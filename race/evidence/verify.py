@@ -4,13 +4,17 @@ Every hit's custody names a source file (relative to the corpus root), a 1-based
 line span, character offsets where known, and the sha256 of the whole file when it was
 indexed. ``verify_receipt`` re-reads each cited file and judges each hit:
 
-- ``valid``: the cited lines (and character offsets, where recorded) still hold the hit's
-  text. The file's hash may differ — another passage of the same file was edited — which
-  the check reports as ``source_hash: differs`` without failing the citation.
+- ``valid``: the cited lines still hold the hit's text. The file's hash may differ —
+  another passage of the same file was edited — which the check reports as
+  ``source_hash: differs`` without failing the citation; when an earlier line changed length,
+  the character offsets shift while the lines hold, and the detail gives the new offsets.
 - ``moved``: the text is still in the file, but at other lines or offsets (the new span is
   given).
 - ``changed``: the file is there but the text is not.
 - ``missing``: the file is gone, unreadable, or its path leaves the corpus root.
+
+An HTML file is read as the index read it (``backends.ingest.formats``): its text view, markup
+blanked out, on the file's own lines and character offsets; its hash is that of its bytes.
 
 In a JSONL corpus a hit cites ``docs.jsonl#ID``: the document's own text, whose lines and
 hash the loader recorded, is read from the record with that id (under the corpus schema's
@@ -29,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+from backends.ingest.formats import document_kind, html_text
 from race.receipt import Receipt
 from rsc import Hit, Record
 
@@ -107,6 +112,9 @@ class SourceFile:
             if document and path.suffix == ".jsonl":
                 self.text = _jsonl_document(path, self.text, document)
                 self.data = self.text.encode("utf-8")
+            elif document_kind(path.name) == "html":
+                # The text view the index read: markup blanked, lines and offsets the file's own.
+                self.text = html_text(self.text)[0]
         except FileNotFoundError:
             self.error = "file not found"
             self.data = None
@@ -168,10 +176,17 @@ def check_hit(hit: Hit, source: SourceFile, *, evidence: str, position: int) -> 
         status: CitationStatus = "valid" if same_hash else "changed"
         detail = "no quoted text in the receipt: checked by the file's hash only"
         return CitationCheck(**base, status=status, source_hash=hash_state, detail=detail)
-    at_lines = source.span(c.line_start, c.line_end) == hit.text
-    at_chars = c.char_start is None or source.text[c.char_start : c.char_end] == hit.text
-    if at_lines and at_chars:
-        return CitationCheck(**base, status="valid", source_hash=hash_state)
+    # A citation names lines: while its lines hold the text it is valid, even if an edit of an
+    # earlier line shifted its character offsets (the detail says so). Offsets decide only
+    # where a custody records no lines.
+    if source.span(c.line_start, c.line_end) == hit.text:
+        detail = ""
+        if c.char_start is not None and source.text[c.char_start : c.char_end] != hit.text:
+            start = source.offsets[c.line_start - 1]
+            detail = f"an earlier line changed: characters now {start}-{start + len(hit.text)}"
+        return CitationCheck(**base, status="valid", source_hash=hash_state, detail=detail)
+    if c.char_start is not None and source.text[c.char_start : c.char_end] == hit.text:
+        return CitationCheck(**base, status="valid", source_hash=hash_state)  # a window not cut at lines
     found = source.find(hit.text)
     if found is not None:
         first, last, char_start = found
@@ -206,13 +221,22 @@ def verify_receipt(receipt: Receipt, corpus: Path) -> VerifyReport:
     )
 
 
+def cited_place(source_path: str | None, line_start: int | None, line_end: int | None) -> str:
+    """Where a citation points, as far as its custody knows: ``path:first-last``, the path
+    alone when the source has no line span, ``(no source path)`` when it has no path."""
+    where = source_path if source_path is not None else "(no source path)"
+    if line_start is None or line_end is None:
+        return where if source_path is None else f"{where} (no line span)"
+    return f"{where}:{line_start}-{line_end}"
+
+
 def verify_text(report: VerifyReport) -> str:
     """One line per citation that no longer holds, then the counts."""
     out = []
     for c in report.citations:
         if c.status == "valid" and c.source_hash == "same":
             continue
-        where = f"{c.source_path}:{c.line_start}-{c.line_end}"
+        where = cited_place(c.source_path, c.line_start, c.line_end)
         note = f" ({c.detail})" if c.detail else ""
         hashed = "" if c.status != "valid" else " (file hash differs; the cited lines are intact)"
         out.append(f"{c.status:<8} {where}  {c.chunk_id} [{c.rsc}] hit {c.hit} of {c.evidence}{note}{hashed}")

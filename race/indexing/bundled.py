@@ -60,4 +60,6 @@ def _complete(index_dir: Path) -> bool:
     manifest = read_manifest(index_dir)
     built = manifest.get("backends")
     calibrated = (index_dir / "lancedb" / "calibration.json").exists()
-    return isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS) and calibrated
+    # An index from before manifests recorded the corpus root is rebuilt: receipts carry the root.
+    complete = isinstance(built, list) and all(a.backend in built for a in LOCAL_ADAPTERS) and calibrated
+    return complete and "corpus_root" in manifest

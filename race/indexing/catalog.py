@@ -37,6 +37,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from backends.mapping import FieldMapping
 from rsc import ContractEgress, FilterSupportClass, InputError, Record, first_validation_error
+from rsc.suggest import schema_version_error
 
 CATALOG_SCHEMA_VERSION = "race.catalog/1"
 INSTANCE_NAME = r"^[a-z][a-z0-9_]*$"
@@ -183,13 +184,11 @@ def parse_catalog(data: bytes, *, where: str, toml: bool) -> Catalog:
     if not isinstance(raw, dict):
         raise InputError("a catalog must be an object", where=where)
     if raw.get("schema_version") != CATALOG_SCHEMA_VERSION:
-        raise InputError(
-            f"field 'schema_version' must be {CATALOG_SCHEMA_VERSION!r}, got {raw.get('schema_version')!r}", where=where
-        )
+        raise InputError(schema_version_error(raw, CATALOG_SCHEMA_VERSION) or "", where=where)
     try:
         return Catalog.model_validate(raw)
     except ValidationError as exc:
-        raise InputError(first_validation_error(exc), where=where) from exc
+        raise InputError(first_validation_error(exc, Catalog), where=where) from exc
 
 
 def load_catalog(path: Path) -> Catalog:

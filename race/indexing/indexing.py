@@ -11,17 +11,18 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backends import LOCAL_ADAPTERS, Adapter, load_corpus
 from backends.ingest.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
-from rsc import Contract, IndexMissingError, InputError, StorageError, fingerprint
+from rsc import Contract, IndexMissingError, InputError, StorageError, canonical_pretty, fingerprint
 
 if TYPE_CHECKING:
     from backends.ingest.corpus import Corpus
+    from backends.ingest.files import Ingest
     from backends.models.embedding import Embedder
 
 INDEX_SCHEMA_VERSION = "race.index/1"
@@ -32,6 +33,10 @@ DOCUMENTS = "documents.json"
 """Each document's fingerprint (``document_digests``), for ``race index --update``."""
 
 Report = Callable[[str, int, int], None]
+Files = tuple[Sequence[str], Sequence[str]]
+"""The ``--include`` and ``--exclude`` globs of a folder corpus."""
+INGEST = "ingest.json"
+"""Every file of a folder corpus accounted for (``backends.ingest.files.Ingest``), beside the manifest."""
 
 
 def build_index(
@@ -42,13 +47,15 @@ def build_index(
     embedder: Embedder | None = None,
     vectors: bool = True,
     notice: Callable[[str], None] | None = None,
+    files: Files = ((), ()),
 ) -> dict[str, str]:
     """Build every local backend's index of ``corpus_path`` into ``out``; return generations.
     ``embedder`` embeds the vector index's chunks (default: the model, in this process).
     Without ``vectors``, or when no embedder is given and the model is not installed, the
-    index is lexical only (a cold start): no vector index, and ``notice`` is told why."""
+    index is lexical only (a cold start): no vector index, and ``notice`` is told why.
+    ``files`` are the include and exclude globs that choose a folder corpus's files."""
     embedder = corpus_embedder(corpus_path, embedder)
-    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
+    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice, files=files)
     staging = start_staging(out)
     try:
         generations: dict[str, str] = {}
@@ -80,7 +87,12 @@ def _progress(report: Report | None, name: str) -> Callable[[int, int], None]:
 
 
 def load_for_index(
-    corpus_path: Path, *, embedder: Embedder | None, vectors: bool, notice: Callable[[str], None] | None
+    corpus_path: Path,
+    *,
+    embedder: Embedder | None,
+    vectors: bool,
+    notice: Callable[[str], None] | None,
+    files: Files = ((), ()),
 ) -> tuple[Corpus, str | None]:
     """The corpus, validated in full, cut to the embedder's tokenizer where the model is
     installed (docs/invariants.md#gap-kinds, ``truncated_text``); and why the index gets no
@@ -93,7 +105,9 @@ def load_for_index(
     skipped = vectors_skipped(vectors=vectors, embedder=embedder, model_installed=counter is not None)
     if skipped is not None and vectors and notice is not None:
         notice(f"{skipped}; building a lexical-only index (tantivy and graph), vector obligations will be unsatisfied")
-    return load_corpus(corpus_path, chunking=Chunking(tokens=counter)), skipped
+    include, exclude = files
+    corpus = load_corpus(corpus_path, chunking=Chunking(tokens=counter), include=include, exclude=exclude)
+    return corpus, skipped
 
 
 def corpus_embedder(corpus_path: Path, embedder: Embedder | None) -> Embedder | None:
@@ -231,9 +245,14 @@ def finish_staging(staging: Path, out: Path, corpus: Corpus, generations: dict[s
         "documents": len(corpus.doc_ids),
         "edges": len(corpus.edges),
         "backends": sorted(generations),
+        # Where the cited files live: receipts carry it, so `race verify` and `race context` find them.
+        "corpus_root": str(Path(corpus.root).resolve()),
     }
     if skipped is not None:
         manifest["vectors_skipped"] = skipped
+    if corpus.ingest is not None:
+        manifest["files"] = {"indexed": corpus.ingest.indexed, "skipped": corpus.ingest.counts()}
+        (staging / INGEST).write_text(canonical_pretty(corpus.ingest) + "\n")
     (staging / SCHEMA).write_text(schema_document(corpus.corpus_schema))
     (staging / DOCUMENTS).write_text(json.dumps(document_digests(corpus), indent=0, sort_keys=True) + "\n")
     # The approximate contracts' recall, measured on the table just built (docs/invariants.md#calibrated-approximation).
@@ -297,6 +316,24 @@ def read_manifest(index_dir: Path) -> dict[str, object]:
     if not isinstance(data, dict) or data.get("schema_version") != INDEX_SCHEMA_VERSION:
         raise IndexMissingError(f"{MANIFEST} has an unknown schema_version", where=str(index_dir))
     return data
+
+
+def corpus_root(index_dir: Path) -> str | None:
+    """The absolute path of the corpus (folder or JSONL file) the index was built from, as its
+    manifest records it; ``None`` for an index built before manifests recorded it."""
+    root = read_manifest(index_dir).get("corpus_root")
+    return root if isinstance(root, str) else None
+
+
+def read_ingest(index_dir: Path) -> Ingest | None:
+    """How the index's folder corpus was read, file by file; ``None`` for a JSONL corpus or an
+    index built before files were accounted for."""
+    from backends.ingest.files import Ingest
+
+    path = index_dir / INGEST
+    if not path.is_file():
+        return None
+    return Ingest.model_validate_json(path.read_bytes())
 
 
 def read_index_schema(index_dir: Path) -> CorpusSchema | None:

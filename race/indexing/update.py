@@ -31,6 +31,7 @@ from pydantic import Field
 from race.indexing.indexing import (
     DOCUMENTS,
     MANIFEST,
+    Files,
     Report,
     _progress,
     build_index,
@@ -78,9 +79,10 @@ def update_index(
     embedder: Embedder | None = None,
     vectors: bool = True,
     notice: Callable[[str], None] | None = None,
+    files: Files = ((), ()),
 ) -> UpdateSummary:
     embedder = corpus_embedder(corpus_path, embedder)
-    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice)
+    corpus, skipped = load_for_index(corpus_path, embedder=embedder, vectors=vectors, notice=notice, files=files)
     # A killed build may have moved the index aside (``.NAME.previous-PID``): put it back
     # first, so that it is updated rather than built again whole.
     for path in clear_dead_builds(out):
@@ -90,7 +92,7 @@ def update_index(
     if reason is not None:
         if notice is not None:
             notice(f"{reason}: building the index whole")
-        generations = build_index(corpus_path, out, report, embedder=embedder, vectors=vectors)
+        generations = build_index(corpus_path, out, report, embedder=embedder, vectors=vectors, files=files)
         return UpdateSummary(
             generations=generations,
             added=corpus.doc_ids,

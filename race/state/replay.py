@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from backends.remote import decode_exchange
 from planner import Explain, LogicalPlan, combined_plan_fingerprint, logical_fingerprint
+from race.receipt import RECEIPT_SCHEMA_VERSION, Receipt
 from race.receipt import Lineage as ReceiptLineage
-from race.receipt import Receipt
 from race.state.artifacts import (
     ARTIFACT_SCHEMA_VERSION,
     artifact_path,
@@ -66,11 +66,28 @@ class ReplayedDeadline(TimeoutError):
 
 def load_receipt(path: Path) -> Receipt:
     try:
-        return Receipt.model_validate_json(path.read_bytes())
+        data = path.read_bytes()
+        return Receipt.model_validate_json(data)
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", where=str(path)) from exc
     except ValidationError as exc:
-        raise InputError(f"not a receipt: {first_validation_error(exc)}", where=str(path)) from exc
+        other = _other_document(data)
+        if other is not None:
+            raise InputError(f"{other}: give the receipt JSON of `race run --json`", where=str(path)) from None
+        raise InputError(f"not a receipt: {first_validation_error(exc, Receipt)}", where=str(path)) from exc
+
+
+def _other_document(data: bytes) -> str | None:
+    """Why the bytes are another document of RACE than a receipt (a plan, say), or ``None``."""
+    from rsc.suggest import DOCUMENTS, schema_version_error
+
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("schema_version") not in set(DOCUMENTS) - {RECEIPT_SCHEMA_VERSION}:
+        return None
+    return schema_version_error(raw, RECEIPT_SCHEMA_VERSION)
 
 
 def load_artifact(root: Path, digest: str) -> dict[str, Any]:

@@ -1,0 +1,153 @@
+"""Which files of a folder are documents, in which format, and the text each format indexes.
+
+- Markdown (``.md``, ``.markdown``): chunked at ``##`` headings, front matter read.
+- Plain text: ``.txt``, ``.text``, a file without an extension (``README``, ``NEWS``), and a
+  file named like package documentation whatever follows the first dot (``README.Debian``,
+  ``changelog.Debian``, ``copyright``): chunked at blank lines.
+- reStructuredText (``.rst``): chunked at blank lines; the title is the first underlined line.
+- HTML (``.html``, ``.htm``): read with the standard library's HTML parser. Its text keeps the
+  file's lines and characters where they are: markup (tags, comments, declarations, and the
+  content of ``<script>`` and ``<style>``) becomes spaces, line breaks stay, an entity becomes
+  the character it names padded with spaces to its own length. A chunk's line span and
+  character offsets are therefore those of the HTML file itself, and ``race verify`` checks a
+  citation against the same text view of the file as it is now.
+
+Every other file is an ``unsupported type`` and is counted, not read.
+"""
+
+from __future__ import annotations
+
+import html
+from html.parser import HTMLParser
+from pathlib import PurePosixPath
+from typing import Literal
+
+DocumentKind = Literal["markdown", "text", "rst", "html"]
+
+_SUFFIXES: dict[str, DocumentKind] = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".text": "text",
+    ".rst": "rst",
+    ".html": "html",
+    ".htm": "html",
+}
+DOC_NAMES = frozenset(
+    {
+        "authors",
+        "bugs",
+        "changelog",
+        "changes",
+        "contributors",
+        "copying",
+        "copyright",
+        "faq",
+        "history",
+        "install",
+        "license",
+        "licence",
+        "news",
+        "notice",
+        "readme",
+        "thanks",
+        "todo",
+    }
+)
+"""File names (before the first dot, any case) that are plain-text documentation whatever
+their extension, unless it names a compressed or binary format."""
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+"""The characters ``str.splitlines`` breaks lines at."""
+_NOT_TEXT = frozenset({".gz", ".bz2", ".xz", ".zst", ".zip", ".z", ".lz", ".pdf", ".png", ".jpg", ".gif", ".svg"})
+
+
+def document_kind(name: str) -> DocumentKind | None:
+    """The format a file's name says it holds, or ``None`` (not a document)."""
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix in _SUFFIXES:
+        return _SUFFIXES[suffix]
+    if not suffix or (name.startswith(".") and name.count(".") == 1):
+        return None if name.startswith(".") else "text"
+    if name.split(".", 1)[0].lower() in DOC_NAMES and suffix not in _NOT_TEXT:
+        return "text"
+    return None
+
+
+class _TextView(HTMLParser):
+    """Collects where the text of an HTML document is: (offset, text) pieces."""
+
+    def __init__(self, line_starts: list[int]) -> None:
+        super().__init__(convert_charrefs=False)
+        self.line_starts = line_starts
+        self.pieces: list[tuple[int, str]] = []
+        self.hidden = 0  # inside <script> or <style>
+        self.title: list[str] = []
+        self.in_title = False
+
+    def _offset(self) -> int:
+        line, column = self.getpos()
+        return self.line_starts[line - 1] + column
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style"):
+            self.hidden += 1
+        self.in_title = self.in_title or tag == "title"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style"):
+            self.hidden = max(0, self.hidden - 1)
+        if tag == "title":
+            self.in_title = False
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            self.pieces.append((self._offset(), data))
+            if self.in_title:
+                self.title.append(data)
+
+    def _reference(self, raw: str) -> None:
+        if self.hidden:
+            return
+        char = html.unescape(raw)
+        if len(char) <= len(raw):
+            self.pieces.append((self._offset(), char + " " * (len(raw) - len(char))))
+            if self.in_title:
+                self.title.append(char)
+
+    def handle_entityref(self, name: str) -> None:
+        self._reference(f"&{name};")
+
+    def handle_charref(self, name: str) -> None:
+        self._reference(f"&#{name};")
+
+
+def html_text(source: str) -> tuple[str, str]:
+    """The text view of an HTML document (module docstring: same length, same lines) and its
+    ``<title>``, whitespace collapsed (``""`` when it has none)."""
+    # The parser counts lines at "\n" only; the chunker's lines break wherever str.splitlines
+    # does, and every such character is kept so that both see the file's own lines.
+    line_starts = [0]
+    for line in source.split("\n"):
+        line_starts.append(line_starts[-1] + len(line) + 1)
+    view = _TextView(line_starts)
+    view.feed(source)
+    view.close()
+    out = [ch if ch in LINE_BREAKS else " " for ch in source]
+    for offset, piece in view.pieces:
+        for i, ch in enumerate(piece):
+            at = offset + i
+            if at < len(out) and source[at] not in LINE_BREAKS:
+                out[at] = " " if ch in LINE_BREAKS else ch
+    return "".join(out), " ".join("".join(view.title).split())
+
+
+def rst_title(lines: list[str]) -> str:
+    """The first section title of a reStructuredText document: a line underlined (and perhaps
+    overlined) by one punctuation character repeated at least as long as the title."""
+    for i in range(len(lines) - 1):
+        text, under = lines[i].strip(), lines[i + 1].strip()
+        if text and under and len(set(under)) == 1 and under[0] in "=-~*^#+`:'\"._" and len(under) >= len(text):
+            if len(set(text)) == 1 and text[0] == under[0]:
+                continue  # an overline: the title is the next line
+            return text
+    return ""
