@@ -235,16 +235,17 @@ class Engine(BackendFacts):
     # -- running ---------------------------------------------------------------------------
 
     @_one_error
-    async def run(self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None) -> Receipt:
-        """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
-        that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
-
-        The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
+    async def run(
+        self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None, cache: bool = True
+    ) -> Receipt:
+        """Execute a plan (its set-up, ``warm``, first; the deadline starts after it; one ``race.run`` span).
+        With ``retain``, every leg's response is kept as an artifact under that directory (bypassing the
+        result cache) for ``replay``; ``cache=False`` neither serves nor keeps it in the receipt cache."""
         with span("race.run", where=where) as traced:
-            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain)))
+            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain, cache=cache)))
         return receipt
 
-    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None) -> Receipt:
+    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None, cache: bool = True) -> Receipt:
         logical = self.parse(plan, where=where)
         setup_s = await self.warm(logical, where=where)
         started = time.monotonic()
@@ -255,7 +256,7 @@ class Engine(BackendFacts):
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
-        known = UNKNOWN_GENERATION not in generations.values()
+        known = UNKNOWN_GENERATION not in generations.values() and cache
         if retain is None and known:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
@@ -301,7 +302,7 @@ class Engine(BackendFacts):
             wall_ms=round((time.monotonic() - started) * 1000.0, 3),
             setup_ms=round(setup_s * 1000.0, 3),
             plan_cache="hit" if plan_hit else "miss",
-            receipt_cache="none" if retain is not None else "miss",
+            receipt_cache="none" if retain is not None or not cache else "miss",
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},
             calls=dict(sorted(executor.calls.items())),
             result_cache=dict(executor.cache_counts),
@@ -317,10 +318,8 @@ class Engine(BackendFacts):
         return await run_many(self, plans, concurrency=concurrency)
 
     async def evaluate(self, queries: Any, judgments: Any, **options: Any) -> Any:
-        """Score retrieval strategies (and labelled plans) over a query set against graded
-        judgments: an ``EvalReport`` (see ``race.evaluation.evaluate.evaluate`` for the options)."""
-        # Imported here: the measures and their statistics are only an evaluation's.
-        from race.evaluation.evaluate import evaluate
+        """Strategies scored against graded judgments (``race.evaluation.streaming.evaluate``)."""
+        from race.evaluation.streaming import evaluate
 
         return await evaluate(self, queries, judgments, **options)
 

@@ -1,0 +1,146 @@
+"""The streaming evaluation (``race.evaluation.streaming``): documents from chunk hits (MaxP, read
+until k documents), memory flat in the number of queries, bypassing the receipt cache, resumable
+from its state file, TREC runs that ir-measures scores as the report does, ir-measures syntax."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from race.evaluation.evaluate import EvalQuery, Judgment
+from race.evaluation.stats import MEASURES, EvalReport
+from race.evaluation.streaming import default_k, documents, evaluate, parse_measures
+from race.receipt import Receipt
+from rsc import InputError, canonical_json
+from tests.conftest import FIXTURES
+
+SHOWCASE = FIXTURES / "golden" / "receipts" / "showcase.receipt.json"
+
+
+def _receipt_data(chunks: int, per_doc: int) -> dict[str, Any]:
+    """A receipt of ``chunks`` evidence items, ``per_doc`` consecutive chunks of each document."""
+    data = json.loads(SHOWCASE.read_text())
+    data["lineage"] = {"id": "test", "mode": "live"}
+    items = sorted(data["evidence"], key=lambda e: e["rank"])
+    evidence = []
+    for i in range(chunks):
+        item = copy.deepcopy(items[i % len(items)])
+        item["rank"] = i + 1
+        item["hits"][0]["doc_id"] = f"d{i // per_doc:03d}"
+        evidence.append(item)
+    data["evidence"] = evidence
+    return data
+
+
+class Fake:
+    """An engine whose every run answers the first ``k`` chunks of one receipt (parsed anew each
+    time, as a run builds a new one); it counts its runs and refuses the receipt cache."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.asked: list[int] = []
+
+    async def run(self, plan: Any, *, where: str = "plan", cache: bool = True) -> Receipt:
+        assert cache is False, "an evaluation's receipts bypass the receipt cache"
+        k = int(plan["obligations"][0]["k"]) if "obligations" in plan else 10
+        self.asked.append(k)
+        await anyio.sleep(0)
+        data = dict(self.data, evidence=self.data["evidence"][:k])
+        return Receipt.model_validate(data)
+
+    def generations(self) -> dict[str, str]:
+        return {"index": "test"}
+
+
+def _queries(n: int) -> tuple[list[EvalQuery], list[Judgment]]:
+    queries = [EvalQuery(id=f"q{i:04d}", text=f"query {i}") for i in range(n)]
+    # One document found at rank 2, one never found: every query has a work order, so legs run.
+    judgments = [Judgment(query=q.id, doc=d, grade=1) for q in queries for d in ("d001", "missing")]
+    return queries, judgments
+
+
+def test_documents_rank_by_best_chunk_reading_until_k_documents() -> None:
+    engine = Fake(_receipt_data(chunks=120, per_doc=5))
+    query = EvalQuery(id="q", text="t")
+    answer, read = anyio.run(lambda: documents(engine, query, "lexical", k=10))
+    # 30 chunks held 6 documents: the strategy read 60 (12 documents) and returns the first 10.
+    assert engine.asked == [30, 60] and read == 60
+    assert answer.docs == tuple(f"d{i:03d}" for i in range(10))
+    engine.asked.clear()
+    answer, read = anyio.run(lambda: documents(engine, query, "lexical", k=30))
+    # 90, then 180 asked: the backends had 120 chunks (24 documents) and no more.
+    assert engine.asked == [90, 180] and read == 180 and len(answer.docs) == 24
+
+
+def _peak(n: int, data: dict[str, Any]) -> tuple[int, EvalReport]:
+    queries, judgments = _queries(n)
+    engine = Fake(data)
+
+    async def run() -> EvalReport:
+        return await evaluate(
+            engine, queries, judgments, strategies=("lexical", "hybrid"), k=10, samples=20, concurrency=2
+        )
+
+    tracemalloc.start()
+    try:
+        report = anyio.run(run)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, report
+
+
+def test_memory_stays_flat_in_the_number_of_queries() -> None:
+    data = _receipt_data(chunks=120, per_doc=5)
+    tracemalloc.start()
+    receipt = Receipt.model_validate(data)
+    one_receipt, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del receipt
+    _peak(4, data)  # imports and first-use caches are not the evaluation's
+    small, _ = _peak(10, data)
+    large, report = _peak(80, data)
+    assert report.queries == 80 and report.scored["hybrid"].scored == 80
+    # 70 queries more, each of 4 runs and 2 legs (420 receipts): the peak grows by less than
+    # two receipts (what 70 reduced records and the 80-query report weigh), not by 420.
+    assert large - small < 2 * one_receipt, (small, large, one_receipt)
+
+
+def test_a_state_file_resumes_the_evaluation(tmp_path: Path) -> None:
+    queries, judgments = _queries(6)
+    state = tmp_path / "state.jsonl"
+
+    def run(engine: Fake, chosen: list[EvalQuery]) -> EvalReport:
+        async def go() -> EvalReport:
+            return await evaluate(engine, chosen, judgments, strategies=("lexical",), k=10, samples=20, state=state)
+
+        return anyio.run(go)
+
+    first = Fake(_receipt_data(chunks=120, per_doc=5))
+    report = run(first, queries)
+    assert len(state.read_text().splitlines()) == 6 and first.asked
+    again = Fake(_receipt_data(chunks=120, per_doc=5))
+    assert canonical_json(run(again, queries)) == canonical_json(report) and again.asked == []
+    # A torn last record and a changed query run again; the others are kept.
+    lines = state.read_bytes().split(b"\n")
+    state.write_bytes(b"\n".join(lines[:-2]) + b"\n" + lines[-2][:40])
+    changed = [*queries[:2], queries[2].model_copy(update={"text": "another"}), *queries[3:]]
+    third = Fake(_receipt_data(chunks=120, per_doc=5))
+    run(third, changed)
+    assert third.asked == [30, 60, 120, 240] * 2  # two queries: the run (10 documents), its 40-deep leg
+    assert len(state.read_text().splitlines()) == 6
+
+
+def test_measures_are_ir_measures_syntax() -> None:
+    assert parse_measures(["nDCG@10", "R@100", "RR@10", "P@5"]) == ("nDCG@10", "R@100", "RR@10", "P@5")
+    for bad in ("nDCG@x", "bogus@3"):
+        with pytest.raises(InputError, match=bad) as info:
+            parse_measures([bad])
+        assert info.value.where == "--metrics"
+    assert default_k(["nDCG@10", "R@100"]) == 100 and default_k(None) == 10 and default_k(list(MEASURES)) == 10
