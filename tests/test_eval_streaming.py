@@ -25,7 +25,7 @@ SHOWCASE = FIXTURES / "golden" / "receipts" / "showcase.receipt.json"
 
 def _receipt_data(chunks: int, per_doc: int) -> dict[str, Any]:
     """A receipt of ``chunks`` evidence items, ``per_doc`` consecutive chunks of each document."""
-    data = json.loads(SHOWCASE.read_text())
+    data: dict[str, Any] = json.loads(SHOWCASE.read_text())
     data["lineage"] = {"id": "test", "mode": "live"}
     items = sorted(data["evidence"], key=lambda e: e["rank"])
     evidence = []

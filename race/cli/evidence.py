@@ -60,7 +60,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from race.engine import Engine
     from race.evaluation.evaluate import STRATEGIES, load_judgments, load_plans, load_queries
     from race.evaluation.report import markdown, plot
-    from race.evaluation.streaming import QueryRecord, default_k, parse_measures
+    from race.evaluation.eval_state import QueryRecord
+    from race.evaluation.streaming import default_k, parse_measures
     from race.extras import require
 
     # What the command needs is checked before anything runs or is written.
@@ -155,7 +156,7 @@ def add_evidence_commands(sub: Any) -> None:
     p.add_argument(
         "--metrics", help="ir-measures measures, e.g. 'nDCG@10 R@100 RR@10 P@5' (default nDCG@10 R@10 RR P@5)"
     )
-    p.add_argument("--concurrency", type=int, default=1, help="queries run at once (default 1; see the evaluation guide)")
+    p.add_argument("--concurrency", type=int, default=1, help="queries run at once (default 1)")
     p.add_argument("--state", metavar="FILE", help="per-query records (JSONL): appended as queries finish; resumed")
     p.add_argument("--export-runs", metavar="DIR", help="write one TREC run file per strategy there (STRATEGY.run)")
     p.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (default 2000)")

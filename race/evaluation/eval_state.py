@@ -1,6 +1,6 @@
 """The files of a streaming evaluation: the TREC run files of ``--export-runs``, and the state
 file (``race eval --state FILE``), one JSONL record per query
-(``race.evaluation.streaming.QueryRecord``) appended with one ``write`` and an ``fsync`` as the
+(``QueryRecord``) appended with one ``write`` and an ``fsync`` as the
 query finishes, so that an interrupted evaluation resumes where it stopped.
 
 Resuming keeps every record whose query is still in the set and whose source (the query, its
@@ -15,18 +15,38 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import orjson
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from race.evaluation.batch_file import RecordWriter
-from rsc import InputError, canonical_json
-
-if TYPE_CHECKING:
-    from race.evaluation.streaming import QueryRecord
+from race.evaluation.stats import WorkOrder
+from rsc import InputError, Record, canonical_json
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class Run(Record):
+    """One strategy's reduced answer to one query: its documents and what the report needs."""
+
+    docs: tuple[str, ...]
+    not_scored: str | None = None
+    chunks: int = 0
+    """Chunks the strategy read to rank these documents (0 for a labelled plan, run as written)."""
+
+
+class QueryRecord(Record):
+    """Everything an evaluation keeps of one query (one line of a state file)."""
+
+    schema_version: str = "race.eval-query/1"
+    query: str
+    source: str
+    """Fingerprint of the query, its judgments and the settings: a resumed evaluation keeps a
+    record only if it is unchanged."""
+    runs: dict[str, Run]
+    orders: tuple[WorkOrder, ...] = ()
+    legs: dict[str, int] = Field(default_factory=dict)
+    """Leg -> chunks read for the work orders (empty when the query needed none)."""
 
 
 class StateFile:
@@ -36,8 +56,6 @@ class StateFile:
 
     def resume(self, sources: Mapping[str, str]) -> dict[str, QueryRecord]:
         """The records of ``path`` still valid for ``sources`` (query id -> source)."""
-        from race.evaluation.streaming import QueryRecord
-
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:

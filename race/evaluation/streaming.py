@@ -22,10 +22,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import Field
-
 from planner import PlanInput
 from race.evaluation.batch import run_outcomes
+from race.evaluation.eval_state import QueryRecord, Run, StateFile, check_run_names, write_trec_runs
 from race.evaluation.evaluate import (
     STRATEGIES,
     EvalQuery,
@@ -36,9 +35,9 @@ from race.evaluation.evaluate import (
     strategy_plan,
     work_orders,
 )
-from race.evaluation.stats import MEASURES, EvalReport, WorkOrder, score_runs
+from race.evaluation.stats import MEASURES, EvalReport, score_runs
 from race.receipt import Receipt
-from rsc import InputError, Record, fingerprint
+from rsc import InputError, fingerprint
 
 CHUNKS_PER_DOCUMENT = 3
 """Chunks read per document asked at first (a document holds several chunks of a hit)."""
@@ -61,29 +60,6 @@ class Evaluator(Protocol):
     def run(self, plan: PlanInput, *, where: str = "plan", cache: bool = True) -> Awaitable[Receipt]: ...
 
     def generations(self) -> dict[str, str]: ...
-
-
-class Run(Record):
-    """One strategy's reduced answer to one query: its documents and what the report needs."""
-
-    docs: tuple[str, ...]
-    not_scored: str | None = None
-    chunks: int = 0
-    """Chunks the strategy read to rank these documents (0 for a labelled plan, run as written)."""
-
-
-class QueryRecord(Record):
-    """Everything an evaluation keeps of one query (one line of a state file)."""
-
-    schema_version: str = "race.eval-query/1"
-    query: str
-    source: str
-    """Fingerprint of the query, its judgments and the settings: a resumed evaluation keeps a
-    record only if it is unchanged."""
-    runs: dict[str, Run]
-    orders: tuple[WorkOrder, ...] = ()
-    legs: dict[str, int] = Field(default_factory=dict)
-    """Leg -> chunks read for the work orders (empty when the query needed none)."""
 
 
 async def documents(engine: Evaluator, query: EvalQuery, strategy: str, *, k: int) -> tuple[Ranking, int]:
@@ -218,7 +194,6 @@ async def evaluate(
     ``state`` a JSONL file of per-query records to resume from and append to; ``export_runs`` a
     folder for one TREC run file per strategy; ``progress(total)`` the callback told of every
     query's record as it is made."""
-    from race.evaluation.eval_state import StateFile, check_run_names, write_trec_runs
 
     for strategy in strategies:
         if strategy not in STRATEGIES:
