@@ -58,9 +58,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from race.engine import Engine
+    from race.evaluation.eval_state import QueryRecord
     from race.evaluation.evaluate import STRATEGIES, load_judgments, load_plans, load_queries
     from race.evaluation.report import markdown, plot
-    from race.evaluation.eval_state import QueryRecord
     from race.evaluation.streaming import default_k, parse_measures
     from race.extras import require
 
