@@ -144,3 +144,54 @@ def test_measures_are_ir_measures_syntax() -> None:
             parse_measures([bad])
         assert info.value.where == "--metrics"
     assert default_k(["nDCG@10", "R@100"]) == 100 and default_k(None) == 10 and default_k(list(MEASURES)) == 10
+
+
+EVAL = FIXTURES / "eval" / "kestrel"
+
+
+def test_cli_eval_exports_trec_runs_that_ir_measures_scores_alike(
+    index_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from race.cli.main import main
+    from race.evaluation.report import markdown
+    from race.evaluation.stats import ir_measures as library
+
+    ir_measures = library()
+
+    rows = [r for r in (EVAL / "queries.jsonl").read_text().splitlines() if json.loads(r)["id"] in {"q01", "q38"}]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("\n".join([*rows, json.dumps({"id": "zz-unjudged", "text": "idle connections"})]) + "\n")
+    runs = tmp_path / "runs"
+    args = ["eval", str(queries), str(EVAL / "qrels.trec"), "--index", str(index_dir), "--strategies", "lexical"]
+    measures = ["nDCG@10", "R@20", "RR@10"]
+    assert main([*args, "--metrics", " ".join(measures), "--export-runs", str(runs), "--samples", "50", "--json"]) == 0
+    report = EvalReport.model_validate_json(capsys.readouterr().out)
+    assert report.settings["k"] == 20 and report.settings["documents"] == "MaxP"
+    assert report.settings["unjudged_queries"] == ["zz-unjudged"] and set(report.per_query) == {"q01", "q38"}
+    assert "1 queries have no judgments and are not scored: zz-unjudged." in markdown(report)
+    run = list(ir_measures.read_trec_run(str(runs / "lexical.run")))
+    assert {r.query_id for r in run} == {"q01", "q38"} and len(run) == 40
+    qrels = list(ir_measures.read_trec_qrels(str(EVAL / "qrels.trec")))
+    checked = 0
+    for metric in ir_measures.iter_calc([ir_measures.parse_measure(m) for m in measures], qrels, run):
+        if metric.query_id in report.per_query:
+            assert report.per_query[metric.query_id]["lexical"][str(metric.measure)] == pytest.approx(metric.value)
+            checked += 1
+    assert checked == 6
+    assert main([*args, "--metrics", "nDCG@10 Bogus@5"]) == 2
+    assert "--metrics: not an ir-measures measure: 'Bogus@5'" in capsys.readouterr().err
+
+
+def test_an_evaluation_leaves_the_receipt_cache_as_it_was(session_engine: Any) -> None:
+    from race.evaluation.evaluate import load_judgments, load_queries
+
+    queries = [q for q in load_queries(EVAL / "queries.jsonl") if q.id == "q38"]
+    before = len(session_engine.receipt_cache)
+
+    async def run() -> EvalReport:
+        report: EvalReport = await session_engine.evaluate(
+            queries, load_judgments(EVAL / "qrels.trec"), strategies=("lexical",), samples=20
+        )
+        return report
+
+    assert anyio.run(run).queries == 1 and len(session_engine.receipt_cache) == before
