@@ -51,7 +51,7 @@ def _modules(extra: list[str]) -> list[str]:
 
 
 def _members(module: object, prefix: str) -> list[tuple[str, object]]:
-    out = []
+    out: list[tuple[str, object]] = []
     for name, value in sorted(vars(module).items()):
         if name.startswith("_"):
             continue
