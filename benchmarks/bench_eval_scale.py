@@ -92,7 +92,8 @@ def run_bm25s(docs: list[dict[str, Any]], queries: list[dict[str, Any]]) -> tupl
 
     started = time.perf_counter()
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize([f"{d['title']}\n{d['text']}" for d in docs], stopwords="en", show_progress=False))
+    corpus = bm25s.tokenize([f"{d['title']}\n{d['text']}" for d in docs], stopwords="en", show_progress=False)
+    retriever.index(corpus, show_progress=False)
     found, _ = retriever.retrieve(
         bm25s.tokenize([q["text"] for q in queries], stopwords="en", show_progress=False), k=K, show_progress=False
     )

@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=2000)
     parser.add_argument(
+        "--max-chars", type=int, default=0, help="cut each document's text at the last line end before N characters"
+    )
+    parser.add_argument(
         "--packages", default="numpy", help="installed packages read beside the stdlib (space-separated)"
     )
     args = parser.parse_args(argv)
@@ -103,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     kept.sort(key=lambda t: hashlib.sha256(t[0].encode()).hexdigest())
     kept = sorted(kept[: args.limit])
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.max_chars:
+        kept = [
+            (q, s, b if len(b) <= args.max_chars else b[: b.rfind("\n", 0, args.max_chars) + 1 or args.max_chars])
+            for q, s, b in kept
+        ]
     with (args.out / "docs.jsonl").open("w", encoding="utf-8") as docs:
         for qualified, _, body in kept:
             docs.write(json.dumps({"id": qualified, "title": qualified, "text": body}, ensure_ascii=False) + "\n")
