@@ -61,7 +61,7 @@ def run_race(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "--index",
         str(args.index),
         "--strategies",
-        ",".join(STRATEGIES),
+        ",".join(args.strategies),
         "--metrics",
         " ".join(MEASURES),
         "--k",
@@ -157,7 +157,8 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"{result['queries']} queries over {result['documents']} documents ({result['corpus_mb']} MB of "
         f"docstrings; the summary line of each is its query, the rest its document). RACE: `race eval` "
-        f"of {len(STRATEGIES)} strategies, k={K} documents (MaxP), concurrency {result['race']['concurrency']}: "
+        f"of {len(result['strategies'])} strategies, k={K} documents (MaxP), "
+        f"concurrency {result['race']['concurrency']}: "
         f"{result['race']['wall_s']} s wall, peak RSS {result['race']['peak_rss_mb']} MB. Measures by "
         "ir-measures on the exported TREC runs, over the queries RACE scored; RACE's own report agrees "
         f"to within {result['cross_check_max_abs_diff']:.1e}.",
@@ -177,9 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", type=Path, required=True, help="folder written by benchmarks.build_stdlib_eval")
     parser.add_argument("--index", type=Path, required=True, help="race index of SET/docs.jsonl")
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument(
+        "--strategies", default=",".join(STRATEGIES), help="RACE strategies (lexical alone on a lexical-only index)"
+    )
     parser.add_argument("--work", type=Path, help="where the runs and the report go (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    args.strategies = tuple(args.strategies.split(","))
+    vectors = (args.index / "lancedb").is_dir()
     work = args.work or Path(tempfile.mkdtemp(prefix="race-eval-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     docs, queries = _lines(args.set / "docs.jsonl"), _lines(args.set / "queries.jsonl")
@@ -188,11 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     report = race.pop("report")
     ranked, bm25_s = run_bm25s(docs, queries)
     write_run(work / "runs" / "bm25s.run", ranked, "bm25s")
-    ranked, lance_s = run_lancedb_hybrid(args.index, queries)
-    write_run(work / "runs" / "lancedb-hybrid.run", ranked, "lancedb-hybrid")
+    peers = [("bm25s", bm25_s)]
+    if vectors:
+        ranked, lance_s = run_lancedb_hybrid(args.index, queries)
+        write_run(work / "runs" / "lancedb-hybrid.run", ranked, "lancedb-hybrid")
+        peers.append(("lancedb-hybrid", lance_s))
     systems: dict[str, Any] = {}
     worst = 0.0
-    for strategy in STRATEGIES:
+    for strategy in args.strategies:
         not_scored = set(report["not_scored"].get(strategy, {}))
         scored = set(report["per_query"]) - not_scored
         measured = score(work / "runs" / f"{strategy}.run", qrels, scored)
@@ -200,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             worst = max(worst, abs(measured[m] - report["overall"][strategy][m]["mean"]))
         systems[f"race {strategy}"] = {"scored": len(scored), "measures": measured, "time": "see wall"}
     every = set(report["per_query"])
-    for name, seconds in (("bm25s", bm25_s), ("lancedb-hybrid", lance_s)):
+    for name, seconds in peers:
         row = {"scored": len(every), "measures": score(work / "runs" / f"{name}.run", qrels, every)}
         systems[name] = {**row, "time": f"{seconds:.1f} s"}
     result = {
@@ -209,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus_mb": round((args.set / "docs.jsonl").stat().st_size / 1e6, 2),
         "race": {**race, "concurrency": args.concurrency, "not_scored": report["scored"]},
         "systems": systems,
+        "strategies": list(args.strategies),
         "cross_check_max_abs_diff": worst,
         "settings": report["settings"] | {"unjudged_queries": len(report["settings"]["unjudged_queries"])},
     }
