@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--work", type=Path, help="where the runs and the report go (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--name", default="eval_scale", help="file name stem under --out")
     args = parser.parse_args(argv)
     args.strategies = tuple(args.strategies.split(","))
     vectors = (args.index / "lancedb").is_dir()
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = score(work / "runs" / f"{strategy}.run", qrels, scored)
         for m in MEASURES:
             worst = max(worst, abs(measured[m] - report["overall"][strategy][m]["mean"]))
-        systems[f"race {strategy}"] = {"scored": len(scored), "measures": measured, "time": "see wall"}
+        systems[f"race {strategy}"] = {"scored": len(scored), "measures": measured, "time": "(all: wall above)"}
     every = set(report["per_query"])
     for name, seconds in peers:
         row = {"scored": len(every), "measures": score(work / "runs" / f"{name}.run", qrels, every)}
@@ -223,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": report["settings"] | {"unjudged_queries": len(report["settings"]["unjudged_queries"])},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "eval_scale.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    (args.out / "eval_scale.md").write_text(markdown(result))
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(result))
     print(markdown(result))
     return 0 if worst < 1e-9 else 1
 

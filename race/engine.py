@@ -240,7 +240,7 @@ class Engine(BackendFacts):
     ) -> Receipt:
         """Execute a plan (its set-up, ``warm``, first; the deadline starts after it; one ``race.run`` span).
         With ``retain``, every leg's response is kept as an artifact under that directory (bypassing the
-        result cache) for ``replay``; ``cache=False`` neither serves nor keeps it in the receipt cache."""
+        result cache) for ``replay``; ``cache=False`` reads and keeps nothing in the receipt and result caches."""
         with span("race.run", where=where) as traced:
             traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain, cache=cache)))
         return receipt
@@ -278,7 +278,7 @@ class Engine(BackendFacts):
             explain=explain,
             adapters=recorder.adapters,
             generations=generations,
-            cache=self.result_cache if retain is None else None,
+            cache=self.result_cache if retain is None and cache else None,
             lineage=recorder.relations,
             early_stop=self.early_stop,
             contracts=self._contract_refs,
