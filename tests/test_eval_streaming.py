@@ -182,11 +182,11 @@ def test_cli_eval_exports_trec_runs_that_ir_measures_scores_alike(
     assert "--metrics: not an ir-measures measure: 'Bogus@5'" in capsys.readouterr().err
 
 
-def test_an_evaluation_leaves_the_receipt_cache_as_it_was(session_engine: Any) -> None:
+def test_an_evaluation_leaves_the_receipt_and_result_caches_as_they_were(session_engine: Any) -> None:
     from race.evaluation.evaluate import load_judgments, load_queries
 
     queries = [q for q in load_queries(EVAL / "queries.jsonl") if q.id == "q38"]
-    before = len(session_engine.receipt_cache)
+    before = len(session_engine.receipt_cache), len(session_engine.result_cache)
 
     async def run() -> EvalReport:
         report: EvalReport = await session_engine.evaluate(
@@ -194,4 +194,5 @@ def test_an_evaluation_leaves_the_receipt_cache_as_it_was(session_engine: Any) -
         )
         return report
 
-    assert anyio.run(run).queries == 1 and len(session_engine.receipt_cache) == before
+    assert anyio.run(run).queries == 1
+    assert (len(session_engine.receipt_cache), len(session_engine.result_cache)) == before
