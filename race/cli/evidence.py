@@ -97,7 +97,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             judgments,
             strategies=strategies,
             plans=plans,
-            k=args.k or default_k(measures),
+            k=args.k if args.k is not None else default_k(measures),
             deep_k=args.deep_k,
             samples=args.samples,
             seed=args.seed,
