@@ -106,14 +106,14 @@ def run_lancedb_hybrid(index: Path, queries: list[dict[str, Any]]) -> tuple[dict
     from lancedb.index import FTS
 
     from backends.lancedb.query import TABLE, VECTOR
-    from race.engine import Engine
+    from backends.models.embedding import MiniLMEmbedder
 
     copy = Path(tempfile.mkdtemp(prefix="race-eval-native-")) / "lancedb"
     shutil.copytree(index / "lancedb", copy)
     try:
         table = lancedb.connect(str(copy)).open_table(TABLE)
         table.create_index("text", config=FTS())
-        embedder = Engine.open(index).adapters["lancedb"]._embedder  # type: ignore[attr-defined]
+        embedder = MiniLMEmbedder()  # the model the index was built with
         started = time.perf_counter()
         vectors = embedder.embed([q["text"] for q in queries])
         ranked: dict[str, list[str]] = {}
@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="where the runs and the report go (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="eval_scale", help="file name stem under --out")
+    parser.add_argument(
+        "--reuse-race", action="store_true", help="score WORK/race.json and WORK/runs of an earlier run (no wall, RSS)"
+    )
     args = parser.parse_args(argv)
     args.strategies = tuple(args.strategies.split(","))
     vectors = (args.index / "lancedb").is_dir()
@@ -191,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     docs, queries = _lines(args.set / "docs.jsonl"), _lines(args.set / "queries.jsonl")
     qrels = args.set / "qrels.trec"
-    race = run_race(args, work)
+    if args.reuse_race:
+        race = {"wall_s": None, "peak_rss_mb": None, "report": json.loads((work / "race.json").read_text())}
+    else:
+        race = run_race(args, work)
     report = race.pop("report")
     ranked, bm25_s = run_bm25s(docs, queries)
     write_run(work / "runs" / "bm25s.run", ranked, "bm25s")
