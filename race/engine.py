@@ -230,19 +230,29 @@ class Engine(BackendFacts, EvidenceTools):
 
     @_one_error
     async def run(
-        self, plan: PlanInput, *, where: str = "plan", retain: Path | None = None, analyze: bool = False
+        self,
+        plan: PlanInput,
+        *,
+        where: str = "plan",
+        retain: Path | None = None,
+        analyze: bool = False,
+        cache: bool = True,
     ) -> Receipt:
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
         With ``analyze``, the plan runs (the receipt cache passed by) and ``operational.analysis``
-        holds its estimates beside the run's actuals (``race.analysis``).
+        holds its estimates beside the run's actuals (``race.analysis``). ``cache=False`` reads and
+        keeps nothing in the receipt and result caches.
 
         The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
         with span("race.run", where=where) as traced:
-            traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain, analyze=analyze)))
+            run = self._run(plan, where=where, retain=retain, analyze=analyze, cache=cache)
+            traced.set(**run_attributes(receipt := await run))
         return receipt
 
-    async def _run(self, plan: PlanInput, *, where: str, retain: Path | None, analyze: bool = False) -> Receipt:
+    async def _run(
+        self, plan: PlanInput, *, where: str, retain: Path | None, analyze: bool = False, cache: bool = True
+    ) -> Receipt:
         logical, analyze = self.parse(plan, where=where), analyze or self.record_stats is not None
         clock = RunClock(await self.warm(logical, where=where))
         # The plan deadline covers every read the run needs, generations included (I17).
@@ -253,7 +263,7 @@ class Engine(BackendFacts, EvidenceTools):
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
-        known = UNKNOWN_GENERATION not in generations.values()
+        known = UNKNOWN_GENERATION not in generations.values() and cache
         if retain is None and known and not analyze:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
@@ -271,7 +281,7 @@ class Engine(BackendFacts, EvidenceTools):
             explain=explain,
             adapters=recorder.adapters,
             generations=generations,
-            cache=self.result_cache if retain is None else None,
+            cache=self.result_cache if retain is None and cache else None,
             lineage=recorder.relations,
             early_stop=self.early_stop,
             contracts=self._contract_refs,
@@ -293,7 +303,7 @@ class Engine(BackendFacts, EvidenceTools):
         if retain is None and known and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
             self.receipt_cache.put(receipt_key, receipt)
         clock.mark("receipt")
-        operational = clock.operational(plan_hit, "none" if retain or analyze else "miss", executor)
+        operational = clock.operational(plan_hit, "none" if retain or analyze or not cache else "miss", executor)
         if analyze:
             stats, contracts = self.statistics(generations), self.contracts_at(generations)
             operational = with_analysis(operational, explain, receipt, contracts, stats)
@@ -308,10 +318,8 @@ class Engine(BackendFacts, EvidenceTools):
         return await run_many(self, plans, concurrency=concurrency)
 
     async def evaluate(self, queries: Any, judgments: Any, **options: Any) -> Any:
-        """Score retrieval strategies (and labelled plans) over a query set against graded
-        judgments: an ``EvalReport`` (see ``race.evaluation.evaluate.evaluate`` for the options)."""
-        # Imported here: the measures and their statistics are only an evaluation's.
-        from race.evaluation.evaluate import evaluate
+        """Strategies scored against graded judgments (``race.evaluation.streaming.evaluate``)."""
+        from race.evaluation.streaming import evaluate
 
         return await evaluate(self, queries, judgments, **options)
 

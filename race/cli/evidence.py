@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,16 +87,22 @@ def cmd_cite(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import anyio
+    from tqdm import tqdm
 
     from race.engine import Engine
+    from race.evaluation.eval_state import QueryRecord
     from race.evaluation.evaluate import STRATEGIES, load_judgments, load_plans, load_queries
     from race.evaluation.report import markdown, plot
+    from race.evaluation.streaming import default_k, parse_measures
     from race.extras import require
 
     # What the command needs is checked before anything runs or is written.
     require("ir_measures", feature="race eval", where="race eval")
     if args.out:
         require("matplotlib", feature="race eval --out (its plot)", where="--out")
+    measures = parse_measures(args.metrics.replace(",", " ").split()) if args.metrics else None
+    if args.concurrency < 1:
+        raise InputError(f"must be at least 1, not {args.concurrency}", where="--concurrency")
 
     queries = load_queries(Path(args.queries))
     judgments = load_judgments(Path(args.qrels))
@@ -108,13 +115,36 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     engine = open_engine(args)
     assert isinstance(engine, Engine)
+    bars: list[tqdm] = []
+
+    def progress(total: int) -> Callable[[QueryRecord], None]:
+        bars.append(tqdm(total=total, desc="eval", unit="query", file=sys.stderr, disable=None))
+        return lambda _: bars[0].update(1)
+
+    options: dict[str, Any] = {} if measures is None else {"measures": measures}
 
     async def run() -> object:
         return await engine.evaluate(
-            queries, judgments, strategies=strategies, plans=plans, k=args.k, samples=args.samples, seed=args.seed
+            queries,
+            judgments,
+            strategies=strategies,
+            plans=plans,
+            k=args.k if args.k is not None else default_k(measures),
+            deep_k=args.deep_k,
+            samples=args.samples,
+            seed=args.seed,
+            concurrency=args.concurrency,
+            state=Path(args.state) if args.state else None,
+            export_runs=Path(args.export_runs) if args.export_runs else None,
+            progress=progress,
+            **options,
         )
 
-    report = anyio.run(run)
+    try:
+        report = anyio.run(run)
+    finally:
+        for bar in bars:
+            bar.close()
     text = markdown(report, title=args.title)  # type: ignore[arg-type]
     if args.out:
         out = Path(args.out)
@@ -123,6 +153,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         (out / f"{args.name}.md").write_text(text)
         plot(report, out / f"{args.name}.png")  # type: ignore[arg-type]
         print(f"race: wrote {out / args.name}.json, .md and .png", file=sys.stderr)
+    if args.export_runs:
+        print(f"race: wrote one TREC run file per strategy to {args.export_runs}", file=sys.stderr)
     sys.stdout.write(canonical_pretty(report) + "\n" if args.json else text)
     return 0
 
@@ -157,7 +189,16 @@ def add_evidence_commands(sub: Any) -> None:
     p.add_argument("qrels", help="graded judgments: JSONL {query, doc, grade} or TREC qrels 'query 0 doc grade'")
     p.add_argument("--plans", help="labelled plans JSONL {query, strategy, plan} to evaluate beside the strategies")
     p.add_argument("--strategies", help="comma-separated subset of lexical,conceptual,hybrid,exact (default: all)")
-    p.add_argument("--k", type=int, default=40, help="chunks each strategy reads (default 40)")
+    p.add_argument(
+        "--k", type=int, help="documents each strategy returns (default: the largest cutoff of --metrics, at least 10)"
+    )
+    p.add_argument("--deep-k", type=int, help="documents deep the work-order legs read (default 4 k)")
+    p.add_argument(
+        "--metrics", help="ir-measures measures, e.g. 'nDCG@10 R@100 RR@10 P@5' (default nDCG@10 R@10 RR P@5)"
+    )
+    p.add_argument("--concurrency", type=int, default=1, help="queries run at once (default 1)")
+    p.add_argument("--state", metavar="FILE", help="per-query records (JSONL): appended as queries finish; resumed")
+    p.add_argument("--export-runs", metavar="DIR", help="write one TREC run file per strategy there (STRATEGY.run)")
     p.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=7, help="seed of the bootstrap and the paired test (default 7)")
     p.add_argument("--index", help=INDEX_HELP)

@@ -5,12 +5,12 @@ expands into one single-obligation plan per strategy — ``lexical`` (BM25), ``c
 (dense vectors), ``hybrid`` (BM25 + vectors, RRF) and ``exact`` (identifier lookup, on the
 query's ``handle`` where it names one, else its text). Labelled plans (``{"query",
 "strategy", "plan"}`` per line) are evaluated as they are. Each receipt becomes a document
-ranking (evidence in rank order, first hit of each document), and ``race.evaluation.stats``
-scores it with ir-measures.
+ranking (evidence in rank order, first hit of each document: MaxP), ``race.evaluation.streaming``
+runs the query set, and ``race.evaluation.stats`` scores it with ir-measures.
 
 Every relevant document a strategy missed at the cutoff is a work order that says where it
-ranked in each leg (a full-depth lexical and dense probe of the same query, and the exact
-lookup) and what lost it: ``gap`` (the obligation was not satisfied, or a shortfall gap),
+ranked in each leg of the strategies asked (a deep lexical or dense probe of the same query,
+the exact lookup) and what lost it: ``gap`` (the obligation was not satisfied, or a shortfall gap),
 ``filter`` (a hard filter of the query excludes the document), ``truncation`` (the strategy
 returned it, below the cutoff) or ``ranking`` (the strategy did not return it at all).
 
@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError
 
-from race.evaluation.stats import MEASURES, EvalReport, WorkOrder, score_runs
+from race.evaluation.stats import WorkOrder
 from rsc import Filter, GapKind, GapSeverity, InputError, Record
 
 if TYPE_CHECKING:
-    from race.evaluation.batch import Runner
     from race.receipt import Receipt
 
 STRATEGIES: dict[str, str] = {
@@ -224,81 +223,3 @@ def work_orders(
             WorkOrder(query=query.id, strategy=strategy, doc=doc, grade=grade, cause=cause, ranks=ranks, detail=detail)
         )
     return orders
-
-
-async def evaluate(
-    engine: Runner,
-    queries: Sequence[EvalQuery],
-    judgments: Sequence[Judgment],
-    *,
-    strategies: Sequence[str] = tuple(STRATEGIES),
-    plans: Sequence[LabelledPlan] = (),
-    k: int = 40,
-    deep_k: int = 1000,
-    cutoff: int = 10,
-    samples: int = 2000,
-    seed: int = 7,
-) -> EvalReport:
-    """Run every strategy (and labelled plan) over the query set and score it."""
-    by_id = {q.id: q for q in queries}
-    relevant: dict[str, dict[str, int]] = {}
-    for j in judgments:  # judgments of queries outside the set are not this evaluation's
-        if j.query in by_id:
-            relevant.setdefault(j.query, {})[j.doc] = max(j.grade, relevant.get(j.query, {}).get(j.doc, 0))
-    unjudged = sorted(set(by_id) - set(relevant))
-    covered: dict[str, set[str]] = {}
-    for p in plans:
-        if p.query not in by_id:
-            raise InputError(f"plan for unknown query {p.query!r}", where="plans")
-        if p.strategy in strategies:
-            raise InputError(f"strategy {p.strategy!r} is also a built-in strategy of this run", where="plans")
-        covered.setdefault(p.strategy, set()).add(p.query)
-    for name, answered in sorted(covered.items()):
-        # A strategy is compared on the same queries as the others, or not at all.
-        if answered != set(by_id):
-            raise InputError(f"strategy {name!r} has plans for {len(answered)} of {len(by_id)} queries", where="plans")
-    runs: dict[str, dict[str, Ranking]] = {}
-    for strategy in strategies:
-        for q in queries:
-            runs.setdefault(strategy, {})[q.id] = ranking(await engine.run(strategy_plan(q, strategy, k=k)), root="q")
-    for p in plans:
-        receipt = await engine.run(p.plan, where=f"plan {p.query}")
-        runs.setdefault(p.strategy, {})[p.query] = ranking(receipt, root=str(p.plan.get("root", "")))
-    legs: dict[str, dict[str, Ranking]] = {}
-    for q in queries:
-        legs[q.id] = {
-            "lexical": ranking(await engine.run(strategy_plan(q, "lexical", k=deep_k))),
-            "conceptual": ranking(await engine.run(strategy_plan(q, "conceptual", k=deep_k))),
-            "exact": runs["exact"][q.id]
-            if "exact" in runs
-            else ranking(await engine.run(strategy_plan(q, "exact", k=k))),
-        }
-    orders = [
-        order
-        for strategy, answers in runs.items()
-        for qid, answer in sorted(answers.items())
-        for order in work_orders(by_id[qid], strategy, answer, legs[qid], relevant.get(qid, {}), cutoff=cutoff)
-    ]
-    categories = {q.id: q.category for q in queries}
-    doc_runs = {s: {qid: r.docs for qid, r in answers.items()} for s, answers in runs.items()}
-    not_scored = {
-        s: {qid: r.not_scored for qid, r in sorted(answers.items()) if r.not_scored is not None}
-        for s, answers in runs.items()
-    }
-    return score_runs(
-        doc_runs,
-        relevant,
-        categories,
-        orders,
-        not_scored=not_scored,
-        settings={
-            "k": k,
-            "deep_k": deep_k,
-            "cutoff": cutoff,
-            "samples": samples,
-            "seed": seed,
-            "measures": MEASURES,
-            "unjudged_queries": unjudged,
-        },
-        generations=engine.generations(),
-    )

@@ -36,18 +36,37 @@ def _best(values: list[float | None]) -> float | None:
     return max(measured) if measured else None
 
 
+def _reading(report: EvalReport) -> str:
+    """How the strategies' chunk hits became the document runs scored."""
+    s = report.settings
+    if s.get("documents") != "MaxP":  # a report from before runs were read in documents
+        return f"each strategy reads k={s.get('k')} chunks, ranked as documents"
+    reading = s.get("reading", {})
+    per_query = ", ".join(
+        f"{st} {r['chunks_read'] / max(1, report.queries):.0f}"
+        + (f" ({r['short']} queries with fewer documents: no more were found)" if r.get("short") else "")
+        for st, r in sorted(reading.items())
+        if r.get("chunks_read")
+    )
+    return (
+        f"each strategy returns k={s.get('k')} documents, a document ranked where its best chunk ranks (MaxP), "
+        f"reading chunks until it has k documents (chunks read per query: {per_query or 'none'})"
+    )
+
+
 def markdown(report: EvalReport, *, title: str = "Retrieval quality", orders: int = 15) -> str:
     measures = list(report.settings.get("measures", ()))
     s = report.settings
+    unjudged = list(s.get("unjudged_queries", ()))
     out = [
         f"# {title}",
         "",
-        f"{report.queries} queries; each strategy reads k={s.get('k')} chunks, ranked as documents; "
+        f"{report.queries} queries; {_reading(report)}; "
         f"measures by ir-measures; 95 % bootstrap intervals over queries ({s.get('samples')} resamples, "
         f"seed {s.get('seed')}); paired two-sided randomization tests.",
         "",
-        "| strategy | scored | not scored | " + " | ".join(_label(m) for m in measures) + " |",
-        "|---|---:|---|" + "---|" * len(measures),
+        "| strategy | scored | not scored | " + " | ".join(_label(m) for m in measures) + " | unjudged |",
+        "|---|---:|---|" + "---|" * len(measures) + "---:|",
     ]
     best = {
         m: _best([iv.mean if (iv := report.overall[st][m]) else None for st in report.strategies]) for m in measures
@@ -58,7 +77,10 @@ def markdown(report: EvalReport, *, title: str = "Retrieval quality", orders: in
             iv = report.overall[st][m]
             text = _interval(iv)
             cells.append(f"**{text}**" if iv is not None and iv.mean == best[m] else text)
-        out.append(f"| {st} | " + " | ".join(cells) + " |")
+        out.append(f"| {st} | " + " | ".join(cells) + f" | {len(unjudged)} |")
+    if unjudged:
+        shown = ", ".join(unjudged[:20]) + (f", … ({len(unjudged) - 20} more)" if len(unjudged) > 20 else "")
+        out += ["", f"{len(unjudged)} queries have no judgments and are not scored: {shown}."]
     if report.not_scored:
         out += [
             "",
@@ -90,7 +112,7 @@ def markdown(report: EvalReport, *, title: str = "Retrieval quality", orders: in
         "|---|---|---:|---:|---|",
     ]
     for t in report.paired:
-        if t.measure in (head, "R@10"):
+        if t.measure in measures[:2]:
             out.append(
                 f"| {t.a} vs {t.b} | {_label(t.measure)} | {t.mean_difference:+.3f} | {t.p_value:.4f} | "
                 f"{t.wins} / {t.losses} / {t.ties} |"

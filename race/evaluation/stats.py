@@ -90,7 +90,7 @@ class EvalReport(Record):
     work_orders: tuple[WorkOrder, ...]
 
 
-def _ir_measures() -> Any:
+def ir_measures() -> Any:
     from race.extras import require
 
     return require("ir_measures", feature="race eval", where="race eval")
@@ -100,7 +100,7 @@ def per_query_scores(
     run: Mapping[str, Sequence[str]], relevant: Mapping[str, Mapping[str, int]], measures: Sequence[str]
 ) -> dict[str, dict[str, float]]:
     """query -> measure -> value, by ir-measures; every judged query is present."""
-    irm = _ir_measures()
+    irm = ir_measures()
     parsed = [irm.parse_measure(m) for m in measures]
     qrels = [irm.Qrel(q, d, int(g)) for q, docs in sorted(relevant.items()) for d, g in sorted(docs.items())]
     scored = [irm.ScoredDoc(q, d, float(len(docs) - i)) for q, docs in sorted(run.items()) for i, d in enumerate(docs)]
