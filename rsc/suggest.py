@@ -1,6 +1,7 @@
 """Did-you-mean suggestions for errors: the closest known name to a misspelt one (a command,
 a flag, a field of a record), found with ``difflib``, and the fields a record accepts at a
-place of a validation error's location."""
+place of a validation error's location. pydantic is imported only for the latter, so that a
+misspelt flag is answered without it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import difflib
 import types
 import typing
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def did_you_mean(word: str, known: Iterable[str]) -> str:
@@ -30,6 +32,8 @@ def _members(tp: Any) -> list[Any]:
 
 
 def _models(tp: Any) -> list[type[BaseModel]]:
+    from pydantic import BaseModel  # only a validation error's suggestion needs it
+
     return [m for m in _members(tp) if isinstance(m, type) and issubclass(m, BaseModel)]
 
 

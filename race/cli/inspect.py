@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from backends.ingest.files import reason_words
-from rsc import canonical_pretty
+from race.cli.arguments import canonical_pretty
 
 
 def _size(path: Path) -> int:
@@ -67,6 +66,8 @@ def inspection(index: Path) -> dict[str, Any]:
 
 
 def inspection_text(data: dict[str, Any], *, skipped_limit: int = 20) -> str:
+    from backends.ingest.files import reason_words
+
     out = [
         f"index      {data['index']}",
         f"corpus     {data['corpus_root'] or '(not recorded)'} revision {data['corpus_revision']}",
