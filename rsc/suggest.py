@@ -39,6 +39,8 @@ def _models(tp: Any) -> list[type[BaseModel]]:
 
 def _step(tps: list[Any], part: str | int) -> list[Any]:
     """The types at ``part`` (a field name, an item index, or a tagged union's tag) of ``tps``."""
+    from pydantic import BaseModel
+
     found: list[Any] = []
     for tp in tps:
         for member in _members(tp):
