@@ -14,15 +14,16 @@ from typing import Any, ParamSpec, TypeVar, Unpack, cast
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, PlanInput, Statistics, compile_plan, parse_plan, plan_digest, plan_from_dict
+from planner import Explain, LogicalPlan, PlanInput, Statistics, parse_plan, plan_digest, plan_from_dict
 from race.evaluation.batch import PlanFailure, run_many
-from race.facts import SETUP_TIMEOUT_S, BackendFacts
+from race.facts import SETUP_TIMEOUT_S
 from race.indexing.bundled import ensure_bundled_index
-from race.indexing.indexing import absent_contracts, check_plan_filters
+from race.indexing.indexing import absent_contracts
 from race.indexing.instances import connect_remotes as connect_remotes
 from race.indexing.instances import index_adapters, open_catalog
 from race.indexing.instances import known_contracts as known_contracts
 from race.indexing.instances import load_statistics as load_statistics
+from race.planning import Planning, RunClock
 from race.portal import LoopThread
 from race.receipt import Operational, Receipt
 from race.run.executor import Executor, Lineage
@@ -57,7 +58,7 @@ def _one_error(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R
     return call
 
 
-class Engine(BackendFacts):
+class Engine(Planning):
     """Plans and runs logical plans over the backends of one index directory."""
 
     absent: tuple[tuple[Contract, str], ...] = ()
@@ -175,31 +176,6 @@ class Engine(BackendFacts):
             return parse_plan(plan, where=where)
         return plan_from_dict(dict(plan), where=where)
 
-    def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
-        # The plan's own canonical digest, computed once per plan object, stands for the plan.
-        # The key is the tuple of every input itself, compared whole: as exact as a fingerprint
-        # of them (it is what one would hash) and a fraction of the cost on every run.
-        key = (plan_digest(plan), self.statistics_fingerprint(generations), tuple(sorted(generations.items())))
-        cached = self.plan_cache.get(key)
-        with span("race.plan", where=where, cache_hit=cached is not None) as traced:
-            explain = cached if cached is not None else self._compile(plan, generations, where, key)
-            traced.set(fingerprint=explain.fingerprints.plan, physical=explain.fingerprints.physical)
-        _log.debug("plan %s %s: %s", where, explain.fingerprints.plan, "cache hit" if cached else "compiled")
-        return explain, cached is not None
-
-    def _compile(self, plan: LogicalPlan, generations: Mapping[str, str], where: str, key: Any) -> Explain:
-        check_plan_filters(plan, self.adapters.values(), where=where)
-        explain = compile_plan(
-            plan,
-            contracts=self.contracts_at(generations),
-            backend_generations=generations,
-            stats=self.statistics(generations),
-            where=where,
-            absent=self.absent,
-        )
-        self.plan_cache.put(key, explain)
-        return explain
-
     @_one_error
     async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         logical = self.parse(plan, where=where)
@@ -239,38 +215,38 @@ class Engine(BackendFacts):
         """Execute a plan. With ``retain``, every leg's response is kept as an artifact under
         that directory (bypassing the result cache) so that ``replay`` can reproduce the receipt.
 
-        The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
+        The deadline covers the whole run, planning included; the plan's set-up (imports, opens,
+        model weights) is not charged to it (``race.planning``). One ``race.run`` span."""
         with span("race.run", where=where) as traced:
             traced.set(**run_attributes(receipt := await self._run(plan, where=where, retain=retain)))
         return receipt
 
     async def _run(self, plan: PlanInput, *, where: str, retain: Path | None) -> Receipt:
-        logical = self.parse(plan, where=where)
-        setup_s = await self.warm(logical, where=where)
-        started = time.monotonic()
-        # The plan deadline covers every read the run needs, generations included (I17).
-        deadline = started + logical.budget.deadline_ms / 1000.0
-        generations = await self.current_generations(deadline=deadline)
-        explain, plan_hit = self._plan(logical, generations, where)
+        # The plan deadline covers the whole run: reading generations, planning, every node (I17);
+        # each generation read and pin within its own bound. Set-up alone is not charged to it.
+        clock = RunClock(time.monotonic(), (logical := self.parse(plan, where=where)).budget.deadline_ms)
+        generations = await self.current_generations(deadline=clock.deadline, bound=clock.read_bound)
+        explain, plan_hit = await self._plan_within(logical, generations, where, clock)
+        clock.setup_s = await self.set_up_timed(modes_read(explain, self.adapters))
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
         known = UNKNOWN_GENERATION not in generations.values()
+        setup_ms, plan_cache = round(clock.setup_s * 1000.0, 3), "hit" if plan_hit else "miss"
         if retain is None and known:
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
                 operational = Operational(
-                    wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-                    setup_ms=round(setup_s * 1000.0, 3),
-                    plan_cache="hit" if plan_hit else "miss",
-                    receipt_cache="hit",
+                    wall_ms=clock.wall_ms(), setup_ms=setup_ms, plan_cache=plan_cache, receipt_cache="hit"
                 )
                 _log.debug("run %s: receipt cache hit", where)
                 return cached.model_copy(update={"operational": operational})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
-        adapters = await pin_snapshots(self.adapters, generations, read=read, deadline=deadline)
+        adapters = await pin_snapshots(
+            self.adapters, generations, read=read, deadline=clock.deadline, bound=clock.read_bound, pool=self.call_pool
+        )
         recorder = RunRecorder(adapters, self.lineage(adapters), retain=retain)
         executor = Executor(
             plan=logical,
@@ -281,8 +257,10 @@ class Engine(BackendFacts):
             lineage=recorder.relations,
             early_stop=self.early_stop,
             contracts=self._contract_refs,
-            deadline=deadline,
+            deadline=clock.legs_deadline(nodes := len(logical.obligations) + len(logical.operators)),
             roles=index_roles(self.adapters.values()),
+            pool=self.call_pool,
+            cut=clock.cut(nodes),
         )
         root = await executor.run()
         receipt = executor.receipt(root, models=self.models())
@@ -295,17 +273,20 @@ class Engine(BackendFacts):
             models=self.models(),
             early_stop=self.early_stop,
         )
-        if retain is None and known and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
+        timed = executor.refused or any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps)
+        if retain is None and known and not timed:
             self.receipt_cache.put(receipt_key, receipt)
         operational = Operational(
-            wall_ms=round((time.monotonic() - started) * 1000.0, 3),
-            setup_ms=round(setup_s * 1000.0, 3),
-            plan_cache="hit" if plan_hit else "miss",
+            wall_ms=clock.wall_ms(),
+            setup_ms=setup_ms,
+            plan_cache=plan_cache,
             receipt_cache="none" if retain is not None else "miss",
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},
             calls=dict(sorted(executor.calls.items())),
             result_cache=dict(executor.cache_counts),
             model_calls_made=executor.model_calls_made,
+            left_behind=executor.left_behind,
+            still_running=self.call_pool.left_by_backend(),
         )
         receipt = receipt.model_copy(update={"operational": operational})
         await recorder.commit(receipt)

@@ -241,6 +241,12 @@ class Operational(Record):
     """Embedding-model calls actually made (cached query vectors are not counted)."""
     replayed_artifacts: int = 0
     """Retained responses a replay read."""
+    left_behind: dict[str, int] = Field(default_factory=dict)
+    """Per backend, the calls this run stopped waiting for (a leg past its timeout or the plan
+    deadline) while they still ran: left behind, their answers dropped (``race.run.detached``)."""
+    still_running: dict[str, int] = Field(default_factory=dict)
+    """Per backend, the calls this engine's runs left behind that were still running when this
+    run ended; a backend with ``CallPool.capacity`` of them gets no new call until one ends."""
 
 
 class Receipt(Record):

@@ -30,6 +30,8 @@ from race.receipt import (
 )
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
+from race.run.deadline import cut_short
+from race.run.detached import CallPool
 from race.run.freshness import Lineage
 from race.run.legs import LegRecord, LegRunner, ScanCache
 from race.run.obligations import answer, not_attempted
@@ -55,10 +57,14 @@ class Executor:
         contracts: Mapping[str, Contract] | None = None,
         deadline: float | None = None,
         roles: Roles | None = None,
+        pool: CallPool | None = None,
+        cut: float | None = None,
     ) -> None:
         self.plan = plan
         self.explain = explain
         budget = plan.budget
+        # When the run stops evaluating nodes, whatever is still running (``race.run.deadline``).
+        self._cut = cut
         self._legs = LegRunner(
             adapters=adapters,
             generations=generations,
@@ -68,6 +74,7 @@ class Executor:
             deadline_ms=budget.deadline_ms,
             concurrency=budget.max_concurrency_per_backend,
             cache=cache,
+            pool=pool,
         )
         self._ctx = RunContext(
             plan=plan, legs=self._legs, lineage=lineage, early_stop=early_stop, evaluate=self._node, skip=self._skip
@@ -98,10 +105,26 @@ class Executor:
     def model_calls_made(self) -> int:
         return self._legs.operational.model_calls_made
 
+    @property
+    def left_behind(self) -> dict[str, int]:
+        return dict(sorted(self._legs.operational.left_behind.items()))
+
+    @property
+    def refused(self) -> int:
+        """Legs not started for want of time or of room in the call pool."""
+        return self._legs.operational.refused
+
     # -- entry ------------------------------------------------------------------------------
 
     async def run(self) -> Outcome:
-        root = await self._node(self.explain.physical)
+        physical = self.explain.physical
+        if self._cut is None:
+            root = await self._node(physical)
+        else:
+            with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
+                root = await self._node(physical)
+            if physical.node not in self._done:
+                root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
         for ob in self.plan.obligations:
             if ob.id in self.obligation_receipts:
                 continue

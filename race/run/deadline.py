@@ -1,0 +1,51 @@
+"""The run cut short at its deadline: every node not finished is a ``resource_limited`` gap.
+
+A plan's legs stop starting before its deadline, early enough for the operators to combine
+what was read; should even that bookkeeping run late (a very wide plan, a loaded machine),
+the executor stops evaluating at its cut (``race.planning.RunClock.cut``) and records here,
+cheaply, every node it had not finished: each obligation and operator gets its receipt with
+a gap saying so, and the root's outcome is empty. The receipt still names every node (I3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+
+from planner import OperatorNode, PhysicalNode, walk
+from race.receipt import ObligationReceipt, OperatorReceipt
+from race.run.context import RunContext
+from race.run.obligations import receipt
+from race.run.outcome import Outcome, failed_outcome, gap
+from rsc import GapKind, ObligationStatus, SearchCoverage, SupportClosure
+
+
+def cut_short(
+    ctx: RunContext,
+    root: PhysicalNode,
+    done: Mapping[str, Outcome],
+    obligations: MutableMapping[str, ObligationReceipt],
+    operators: MutableMapping[str, OperatorReceipt],
+) -> Outcome:
+    """Receipts for every node under ``root`` not in ``done``; the root's (empty) outcome."""
+    why = f"not reached before the plan deadline of {ctx.legs.deadline_ms} ms"
+    why += "; absence of hits is not absence of evidence"
+    seen: set[str] = set()
+    for node in walk(root):
+        if node.node in done or node.node in seen:
+            continue
+        seen.add(node.node)
+        missed = gap(GapKind.RESOURCE_LIMITED, node.node, why)
+        if isinstance(node, OperatorNode):
+            operators[node.node] = OperatorReceipt(
+                id=node.node,
+                op=node.op,
+                status=ObligationStatus.UNSATISFIED,
+                search_coverage=SearchCoverage.UNKNOWN,
+                support_closure=SupportClosure.RESOURCE_LIMITED,
+                early_stop=node.early_stop.reason,
+                gaps=(missed,),
+            )
+        else:
+            ob = ctx.obligation(node.node)
+            obligations[node.node] = receipt(ob, failed_outcome(ob.id, (missed,)), served_by=(), model_calls=0)
+    return failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))

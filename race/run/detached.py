@@ -1,0 +1,92 @@
+"""Backend calls the run can leave behind: the coordinator, not the adapter, keeps the deadline.
+
+Every call RACE makes into an adapter during a run (a leg's ``scan``, a generation read, a
+pin) runs as its own task, and the run waits for that task's answer, not for the task. When
+the run stops waiting (the leg timeout, the plan deadline, or the run itself cancelled), it
+moves on at once, whatever the call is doing: a worker thread that does not come back, a C
+call holding its thread, a client that shields itself from cancellation. The task left
+behind is asked to cancel (a cooperative adapter then stops), is counted until it ends, and
+whatever it answers later is dropped: nothing reads, records or caches it.
+
+Left-behind calls are bounded, per backend: ``CallPool.capacity`` calls may be left running
+at once. A backend whose pool is full gets no new call until one of them ends; the leg that
+meets it is a ``resource_limited`` gap saying so, and the other backends are untouched.
+
+RACE runs on asyncio (``race.portal``): a left-behind call is an asyncio task outside the
+run's task groups, kept referenced here until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+_T = TypeVar("_T")
+
+DEFAULT_CAPACITY = 16
+"""How many calls one backend may have left running at once before its legs are refused."""
+
+
+class CallPool:
+    """The calls of one engine's runs, per backend: how many were left behind and still run."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("a call pool holds at least one call")
+        self.capacity = capacity
+        self._left: dict[str, set[asyncio.Task[Any]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def left_behind(self, backend: str | None = None) -> int:
+        """Calls left behind that still run: of ``backend``, or of every backend."""
+        if backend is not None:
+            return len(self._left.get(backend, ()))
+        return sum(len(tasks) for tasks in self._left.values())
+
+    def left_by_backend(self) -> dict[str, int]:
+        return {name: len(tasks) for name, tasks in sorted(self._left.items()) if tasks}
+
+    def full(self, backend: str) -> bool:
+        return self.left_behind(backend) >= self.capacity
+
+    async def call(self, backend: str, fn: Callable[[], Awaitable[_T]], left: dict[str, int] | None = None) -> _T:
+        """``await fn()`` as a task of its own; when the caller is cancelled the task is left
+        behind (asked to cancel, counted under ``backend`` until it ends, its answer dropped)
+        and, given ``left``, counted there too (a run's own record)."""
+        task: asyncio.Task[_T] = asyncio.get_running_loop().create_task(_run(fn))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        try:
+            return await asyncio.shield(task)
+        except BaseException:
+            if not task.done():
+                self._left.setdefault(backend, set()).add(task)
+                task.add_done_callback(lambda t: self._left.get(backend, set()).discard(t))
+                task.cancel()
+                if left is not None:
+                    left[backend] = left.get(backend, 0) + 1
+            raise
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        # The answer of a task nobody waits for any more is dropped: read its outcome here so
+        # that asyncio does not report an exception as never retrieved.
+        if not task.cancelled():
+            task.exception()
+
+
+async def _run(fn: Callable[[], Awaitable[_T]]) -> _T:
+    return await fn()
+
+
+async def call_within(
+    pool: CallPool, backend: str, fn: Callable[[], Awaitable[_T]], seconds: float
+) -> tuple[bool, _T | None]:
+    """``(True, answer)`` when ``fn()`` answered within ``seconds``, else ``(False, None)`` with
+    the call left behind. An exception of the call is raised here as it is."""
+    with anyio.move_on_after(max(seconds, 0.0)):
+        return True, await pool.call(backend, fn)
+    return False, None
