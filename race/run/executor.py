@@ -121,8 +121,10 @@ class Executor:
         if self._cut is None:
             root = await self._node(physical)
         else:
-            with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
-                root = await self._node(physical)
+            # A run whose planning used up its time does not start the tree only to cancel it.
+            if self._legs.remaining_ms() > 0:
+                with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
+                    root = await self._node(physical)
             if physical.node not in self._done:
                 root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
         for ob in self.plan.obligations:
