@@ -16,7 +16,7 @@ import anyio
 
 from backends import Adapter
 from planner import Statistics
-from race.run.detached import CallPool, call_within
+from race.run.detached import CallPool
 from race.run.legs import UNKNOWN_GENERATION
 from race.tracing import prepare, span
 from rsc import Contract, calibrated
@@ -113,28 +113,15 @@ class BackendFacts:
         generation that cannot be read in time, or whose read fails, is ``unknown``: never a cache
         hit, and that backend's legs say so. A read that does not answer is left behind
         (``race.run.detached``): one backend never holds another's read, nor the run."""
-        generations = dict.fromkeys(self.adapters, UNKNOWN_GENERATION)
         limits = [bound] if bound is not None else []
         if deadline is not None:
             limits.append(deadline - time.monotonic())
-        limit = min(limits) if limits else None
-
-        async def read(name: str) -> None:
-            adapter = self.adapters[name]
-            try:
-                if limit is None:
-                    generations[name] = await self.call_pool.call(name, adapter.current_generation)
-                    return
-                answered, found = await call_within(self.call_pool, name, adapter.current_generation, limit)
-                if answered and found is not None:
-                    generations[name] = found
-            except Exception:
-                generations[name] = UNKNOWN_GENERATION
-
-        async with anyio.create_task_group() as group:
-            for name in self.adapters:
-                group.start_soon(read, name)
-        return generations
+        reads = {name: adapter.current_generation for name, adapter in self.adapters.items()}
+        found = await self.call_pool.settle(reads, max(min(limits), 0.0) if limits else None)
+        return {
+            name: answer if answered and isinstance(answer, str) else UNKNOWN_GENERATION
+            for name, (answered, answer) in found.items()
+        }
 
     def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
         """The statistics plans are costed with: the ones given to the engine, or else what the

@@ -38,10 +38,11 @@ READ_SHARE = 0.25
 FINISH_SHARE = 0.25
 """The largest share of the deadline each of the two reserves below may keep back."""
 FINISH_PER_NODE_S = 0.00025
-"""What each node of a plan is allowed, twice over, after its last leg: once for the operators
-to combine what was read, once for the receipt. The legs stop starting that much before the
-deadline (``RunClock.legs_deadline``), and the executor stops evaluating at the second
-(``RunClock.cut``): 0.5 ms a node, 1 s for a 2,000-node plan, at most half of the deadline."""
+"""What each node of a plan is allowed for its share of the receipt, and again for the
+operators to combine what was read after its last leg."""
+FINISH_MIN_S = 0.05
+"""The least the operators' reserve keeps back, whatever the plan's size: unwinding the legs
+cancelled at the legs' deadline and combining what they read takes a few turns of a busy loop."""
 
 
 @dataclass
@@ -63,17 +64,20 @@ class RunClock:
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
-    def _reserve(self, nodes: int) -> float:
-        return min(nodes * FINISH_PER_NODE_S, self.deadline_ms / 1000.0 * FINISH_SHARE)
-
     def cut(self, nodes: int) -> float:
-        """When the executor stops evaluating nodes: the deadline less the receipt's reserve."""
-        return self.deadline - self._reserve(nodes)
+        """When the executor stops evaluating nodes: the deadline less the receipt's reserve,
+        0.25 ms a node (at most a quarter of the deadline)."""
+        return self.deadline - min(nodes * FINISH_PER_NODE_S, self._share)
 
     def legs_deadline(self, nodes: int) -> float:
         """When the legs stop starting (and running legs are cancelled): before the cut by the
-        operators' reserve, so that what was read is combined before the cut."""
-        return self.deadline - 2 * self._reserve(nodes)
+        operators' reserve, 0.25 ms a node but at least 50 ms (at most a quarter of the
+        deadline), so that what was read is combined before the cut."""
+        return self.cut(nodes) - min(max(nodes * FINISH_PER_NODE_S, FINISH_MIN_S), self._share)
+
+    @property
+    def _share(self) -> float:
+        return self.deadline_ms / 1000.0 * FINISH_SHARE
 
     def wall_ms(self) -> float:
         """The time the deadline budgets: since the run started, set-up excepted."""

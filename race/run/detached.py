@@ -19,7 +19,7 @@ run's task groups, kept referenced here until it ends.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -63,12 +63,44 @@ class CallPool:
             return await asyncio.shield(task)
         except BaseException:
             if not task.done():
-                self._left.setdefault(backend, set()).add(task)
-                task.add_done_callback(lambda t: self._left.get(backend, set()).discard(t))
-                task.cancel()
+                self._leave(backend, task)
                 if left is not None:
                     left[backend] = left.get(backend, 0) + 1
             raise
+
+    async def settle(
+        self, calls: Mapping[str, Callable[[], Awaitable[_T]]], seconds: float | None
+    ) -> dict[str, tuple[bool, _T | BaseException | None]]:
+        """Every call of ``calls`` (backend -> call) at once, as tasks of their own, waited for
+        ``seconds`` at most (``None``: until all end). Per backend: ``(True, answer or the
+        exception raised)`` or, for a call that did not end in time, ``(False, None)``: that
+        call is left behind. One turn of the loop when every call answers at once."""
+        loop = asyncio.get_running_loop()
+        tasks: dict[str, asyncio.Task[_T]] = {}
+        for name, fn in calls.items():
+            task = tasks[name] = loop.create_task(_run(fn))
+            self._tasks.add(task)
+            task.add_done_callback(self._ended)
+        try:
+            if tasks:
+                await asyncio.wait(tasks.values(), timeout=seconds)
+        finally:
+            for name, task in tasks.items():
+                if not task.done():
+                    self._leave(name, task)
+        out: dict[str, tuple[bool, _T | BaseException | None]] = {}
+        for name, task in tasks.items():
+            if not task.done() or task.cancelled():
+                out[name] = (False, None)
+            else:
+                error = task.exception()
+                out[name] = (True, error if error is not None else task.result())
+        return out
+
+    def _leave(self, backend: str, task: asyncio.Task[Any]) -> None:
+        self._left.setdefault(backend, set()).add(task)
+        task.add_done_callback(lambda t: self._left.get(backend, set()).discard(t))
+        task.cancel()
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

@@ -16,11 +16,9 @@ import time
 from collections.abc import Collection, Mapping
 from functools import partial
 
-import anyio
-
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot
 from planner import Explain, scans
-from race.run.detached import CallPool, call_within
+from race.run.detached import CallPool
 from race.tracing import span
 from rsc import BackendUnavailable, ScanRequest, ScanResult
 
@@ -65,30 +63,19 @@ async def pin_snapshots(
     if bound is not None:
         limit = min(limit, bound)
     calls = pool if pool is not None else CallPool()
+    pins = {name: partial(adapters[name].pin, generations.get(name, UNKNOWN_GENERATION)) for name in names}
     pinned: dict[str, Adapter] = {}
-
-    async def pin(name: str) -> None:
-        adapter = adapters[name]
+    for name, (answered, answer) in (await calls.settle(pins, limit)).items():
         planned = generations.get(name, UNKNOWN_GENERATION)
         with span("race.pin", backend=name, generation=planned) as traced:
-            try:
-                answered, found = await call_within(calls, name, partial(adapter.pin, planned), limit)
-            except Exception as exc:
+            if isinstance(answer, Exception):
                 # An adapter's fault, of any type, is its legs' gap, never the run's failure.
-                traced.fail(detail := f"{type(exc).__name__}: {exc}")
-                pinned[name] = _PinFailed(adapter, planned=planned, detail=detail)
-                return
-            if answered and found is not None:
-                pinned[name] = found
+                traced.fail(detail := f"{type(answer).__name__}: {answer}")
+                pinned[name] = _PinFailed(adapters[name], planned=planned, detail=detail)
+            elif answered and isinstance(answer, Adapter):
+                pinned[name] = answer
             else:
                 traced.fail(f"no answer within {limit * 1000.0:.0f} ms")
-
-    if len(names) == 1:
-        await pin(names[0])
-    else:
-        async with anyio.create_task_group() as group:
-            for name in names:
-                group.start_soon(pin, name)
     out: dict[str, Adapter] = {}
     for name, adapter in adapters.items():
         if name not in read:
