@@ -273,7 +273,7 @@ class Engine(Planning):
             models=self.models(),
             early_stop=self.early_stop,
         )
-        timed = executor.refused or any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps)
+        timed = executor.limited or any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps)
         if retain is None and known and not timed:
             self.receipt_cache.put(receipt_key, receipt)
         operational = Operational(

@@ -4,14 +4,16 @@ A plan's legs stop starting before its deadline, early enough for the operators 
 what was read; should even that bookkeeping run late (a very wide plan, a loaded machine),
 the executor stops evaluating at its cut (``race.planning.RunClock.cut``) and records here,
 cheaply, every node it had not finished: each obligation and operator gets its receipt with
-a gap saying so, and the root's outcome is empty. The receipt still names every node (I3).
+a gap saying so (a leg that failed keeps its own gap, a leg still in flight is ``cancelled``
+at the plan deadline, else the node is ``resource_limited``: not reached), and the root's
+outcome is empty. The receipt still names every node (I3).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
-from planner import OperatorNode, PhysicalNode, walk
+from planner import OperatorNode, PhysicalNode, ScanNode, walk
 from race.receipt import ObligationReceipt, OperatorReceipt
 from race.run.context import RunContext
 from race.run.obligations import receipt
@@ -46,6 +48,14 @@ def cut_short(
                 gaps=(missed,),
             )
         else:
+            # A leg that failed, or was still in flight, is named as such; else it was not reached.
             ob = ctx.obligation(node.node)
-            obligations[node.node] = receipt(ob, failed_outcome(ob.id, (missed,)), served_by=(), model_calls=0)
+            found = list(ctx.legs.failures.get(ob.id, ()))
+            found += [ctx.legs.deadline_gap(scan, ob.id) for scan in _in_flight(ctx, ob.id)]
+            outcome = failed_outcome(ob.id, found or [missed])
+            obligations[node.node] = receipt(ob, outcome, served_by=(), model_calls=0)
     return failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))
+
+
+def _in_flight(ctx: RunContext, obligation: str) -> list[ScanNode]:
+    return [scan for _, (ob, scan) in sorted(ctx.legs.running.items()) if ob == obligation]

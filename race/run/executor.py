@@ -65,6 +65,7 @@ class Executor:
         budget = plan.budget
         # When the run stops evaluating nodes, whatever is still running (``race.run.deadline``).
         self._cut = cut
+        self._was_cut = False
         self._legs = LegRunner(
             adapters=adapters,
             generations=generations,
@@ -110,9 +111,10 @@ class Executor:
         return dict(sorted(self._legs.operational.left_behind.items()))
 
     @property
-    def refused(self) -> int:
-        """Legs not started for want of time or of room in the call pool."""
-        return self._legs.operational.refused
+    def limited(self) -> bool:
+        """Whether time or the call pool kept a leg from starting, or the run was cut short:
+        what the receipt lacks then depends on timing, and it is never cached."""
+        return self._legs.operational.refused > 0 or self._was_cut
 
     # -- entry ------------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class Executor:
                 with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
                     root = await self._node(physical)
             if physical.node not in self._done:
+                self._was_cut = True
                 root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
         for ob in self.plan.obligations:
             if ob.id in self.obligation_receipts:

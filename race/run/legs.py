@@ -101,6 +101,10 @@ class LegRunner:
         self.pool = pool if pool is not None else CallPool()
         self._limiters = {name: anyio.CapacityLimiter(concurrency) for name in sorted(adapters)}
         self._answered: dict[str, ScanResult] = {}
+        self.running: dict[str, tuple[str, ScanNode]] = {}
+        """The legs in flight, by label: what a run cut short was still waiting for."""
+        self.failures: dict[str, list[Gap]] = {}
+        """The gaps of the legs that failed, by obligation: what a run cut short still names."""
 
     def remaining_ms(self) -> float:
         return (self.deadline - time.monotonic()) * 1000.0
@@ -178,11 +182,16 @@ class LegRunner:
             )
             return self._refused(label, obligation, backend, planned, why)
         self.operational.calls[backend] = self.operational.calls.get(backend, 0) + 1
-        result, failure = await self._call(adapter, scan, obligation, remaining)
+        self.running[label] = (obligation, scan)
+        try:
+            result, failure = await self._call(adapter, scan, obligation, remaining)
+        finally:
+            del self.running[label]
         elapsed = round((time.monotonic() - started) * 1000.0, 3)
         if result is None:
             assert failure is not None
             record[label] = LegRecord(elapsed, "miss", 0, failure.kind.value)
+            self.failures.setdefault(obligation, []).append(failure)
             return Answer(None, (*planned, failure))
         self.operational.model_calls_made += result.model_calls
         result, malformed = screen(request, result, contract.score_kind if contract is not None else None)
@@ -224,6 +233,10 @@ class LegRunner:
             return None, gap(GapKind.BACKEND_ERROR, obligation, f"{scan.rsc}: {failure_detail(exc)}", backend)
         assert scope.cancelled_caught
         return None, self._deadline_gap(scan, obligation, plan_bound)
+
+    def deadline_gap(self, scan: ScanNode, obligation: str) -> Gap:
+        """The gap of a leg still in flight when the run was cut short at the plan deadline."""
+        return self._deadline_gap(scan, obligation, plan_bound=True)
 
     def _deadline_gap(self, scan: ScanNode, obligation: str, plan_bound: bool) -> Gap:
         if plan_bound:
