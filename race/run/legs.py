@@ -182,11 +182,10 @@ class LegRunner:
             )
             return self._refused(label, obligation, backend, planned, why)
         self.operational.calls[backend] = self.operational.calls.get(backend, 0) + 1
+        # Kept when the run is cut short here: the cut names the legs it was still waiting for.
         self.running[label] = (obligation, scan)
-        try:
-            result, failure = await self._call(adapter, scan, obligation, remaining)
-        finally:
-            del self.running[label]
+        result, failure = await self._call(adapter, scan, obligation, remaining)
+        del self.running[label]
         elapsed = round((time.monotonic() - started) * 1000.0, 3)
         if result is None:
             assert failure is not None
