@@ -29,8 +29,7 @@ def cut_short(
     operators: MutableMapping[str, OperatorReceipt],
 ) -> Outcome:
     """Receipts for every node under ``root`` not in ``done``; the root's (empty) outcome."""
-    why = f"not reached before the plan deadline of {ctx.legs.deadline_ms} ms"
-    why += "; absence of hits is not absence of evidence"
+    why = _not_reached(ctx)
     seen: set[str] = set()
     for node in walk(root):
         if node.node in done or node.node in seen:
@@ -52,10 +51,37 @@ def cut_short(
             ob = ctx.obligation(node.node)
             found = list(ctx.legs.failures.get(ob.id, ()))
             found += [ctx.legs.deadline_gap(scan, ob.id) for scan in _in_flight(ctx, ob.id)]
-            outcome = failed_outcome(ob.id, found or [missed])
-            obligations[node.node] = receipt(ob, outcome, served_by=(), model_calls=0)
-    return failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))
+            if found:
+                obligations[node.node] = receipt(ob, failed_outcome(ob.id, found), served_by=(), model_calls=0)
+                continue
+            # What ``receipt`` makes of a failed outcome with this one gap, built without
+            # validating known values again: a wide plan's unreached nodes cost the cut little.
+            obligations[node.node] = ObligationReceipt.model_construct(
+                id=ob.id,
+                kind=ob.kind,
+                status=ObligationStatus.UNSATISFIED,
+                required_coverage=ob.required_coverage,
+                search_coverage=SearchCoverage.UNKNOWN,
+                support_closure=SupportClosure.RESOURCE_LIMITED,
+                model_calls=0,
+                mandatory=ob.mandatory,
+                served_by=(),
+                evidence_count=0,
+                gaps=(missed,),
+            )
+    return done.get(root.node) or failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))
 
 
 def _in_flight(ctx: RunContext, obligation: str) -> list[ScanNode]:
     return [scan for _, (ob, scan) in sorted(ctx.legs.running.items()) if ob == obligation]
+
+
+def not_reached(ctx: RunContext, node: PhysicalNode) -> Outcome:
+    """The outcome of a node the executor did not start because its cut had passed: empty,
+    with the ``resource_limited`` gap its parents pass on."""
+    return failed_outcome(node.node, (gap(GapKind.RESOURCE_LIMITED, node.node, _not_reached(ctx)),))
+
+
+def _not_reached(ctx: RunContext) -> str:
+    deadline = ctx.legs.deadline_ms
+    return f"not reached before the plan deadline of {deadline} ms; absence of hits is not absence of evidence"

@@ -30,7 +30,7 @@ from race.receipt import (
 )
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
-from race.run.deadline import cut_short
+from race.run.deadline import cut_short, not_reached
 from race.run.detached import CallPool
 from race.run.freshness import Lineage
 from race.run.legs import LegRecord, LegRunner, ScanCache
@@ -127,7 +127,7 @@ class Executor:
             if self._legs.remaining_ms() > 0:
                 with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
                     root = await self._node(physical)
-            if physical.node not in self._done:
+            if self._was_cut or physical.node not in self._done:
                 self._was_cut = True
                 root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
         for ob in self.plan.obligations:
@@ -192,6 +192,10 @@ class Executor:
         if node.node in self._running:
             await self._running[node.node].wait()
             return self._done[node.node]
+        if self._cut is not None and time.monotonic() >= self._cut:
+            # Past the cut a node is not started: the run records it as not reached (cut_short).
+            self._was_cut = True
+            return not_reached(self._ctx, node)
         event = self._running[node.node] = anyio.Event()
         try:
             if isinstance(node, OperatorNode):
