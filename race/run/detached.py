@@ -22,8 +22,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-import anyio
-
 _T = TypeVar("_T")
 
 DEFAULT_CAPACITY = 16
@@ -112,13 +110,3 @@ class CallPool:
 
 async def _run(fn: Callable[[], Awaitable[_T]]) -> _T:
     return await fn()
-
-
-async def call_within(
-    pool: CallPool, backend: str, fn: Callable[[], Awaitable[_T]], seconds: float
-) -> tuple[bool, _T | None]:
-    """``(True, answer)`` when ``fn()`` answered within ``seconds``, else ``(False, None)`` with
-    the call left behind. An exception of the call is raised here as it is."""
-    with anyio.move_on_after(max(seconds, 0.0)):
-        return True, await pool.call(backend, fn)
-    return False, None

@@ -13,7 +13,7 @@ import pytest
 
 from race.engine import Engine
 from race.receipt import Receipt
-from race.run.detached import CallPool, call_within
+from race.run.detached import CallPool
 from rsc import GapKind, ObligationStatus
 from tests.faults.injector import FaultyAdapter, faulty_adapters, ignore_cancel
 from tests.faults.matrix import SLACK_MS
@@ -135,8 +135,16 @@ async def test_the_pool_answers_raises_and_leaves_behind() -> None:
     await ended.wait()
     await anyio.sleep(0)  # the task's end is seen by the pool on the next turn of the loop
     assert pool.left_behind() == 0 and pool.left_by_backend() == {}
-    assert await call_within(pool, "b", answer, 10.0) == (True, 7)
-    assert await call_within(pool, "b", stubborn, 0.0) == (False, None)
-    assert pool.left_behind("b") == 1
+
+    # Several calls at once, each bounded: the answers, the exception, and the one left behind.
+    ended = anyio.Event()
+    found = await pool.settle({"b": answer, "c": fail, "d": stubborn}, 0.05)
+    assert found["b"] == (True, 7) and found["d"] == (False, None)
+    answered, error = found["c"]
+    assert answered and isinstance(error, KeyError)
+    assert pool.left_by_backend() == {"d": 1}
+    await ended.wait()
+    await anyio.sleep(0)
+    assert pool.left_behind() == 0
     with pytest.raises(ValueError):
         CallPool(capacity=0)
