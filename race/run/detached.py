@@ -22,6 +22,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+import anyio
+
 _T = TypeVar("_T")
 
 DEFAULT_CAPACITY = 16
@@ -54,11 +56,20 @@ class CallPool:
         """``await fn()`` as a task of its own; when the caller is cancelled the task is left
         behind (asked to cancel, counted under ``backend`` until it ends, its answer dropped)
         and, given ``left``, counted there too (a run's own record)."""
-        task: asyncio.Task[_T] = asyncio.get_running_loop().create_task(_run(fn))
+        # The call sees the caller's deadline as its own (``anyio.current_effective_deadline``):
+        # a cooperative adapter plans with it and is cancelled at it, in its own task.
+        deadline = anyio.current_effective_deadline()
+        task: asyncio.Task[_T | _Expired] = asyncio.get_running_loop().create_task(_run(fn, deadline))
         self._tasks.add(task)
         task.add_done_callback(self._ended)
         try:
-            return await asyncio.shield(task)
+            answer = await asyncio.shield(task)
+            if isinstance(answer, _Expired):
+                # The call met the caller's deadline first: the caller's own cancellation is due
+                # now, and it is what ends the wait (a timeout or the plan deadline, as ever).
+                await anyio.sleep_forever()
+            assert not isinstance(answer, _Expired)
+            return answer
         except BaseException:
             if not task.done():
                 self._leave(backend, task)
@@ -74,9 +85,12 @@ class CallPool:
         exception raised)`` or, for a call that did not end in time, ``(False, None)``: that
         call is left behind. One turn of the loop when every call answers at once."""
         loop = asyncio.get_running_loop()
-        tasks: dict[str, asyncio.Task[_T]] = {}
+        tasks: dict[str, asyncio.Task[_T | _Expired]] = {}
+        deadline = anyio.current_effective_deadline()
+        if seconds is not None:
+            deadline = min(deadline, anyio.current_time() + seconds)
         for name, fn in calls.items():
-            task = tasks[name] = loop.create_task(_run(fn))
+            task = tasks[name] = loop.create_task(_run(fn, deadline))
             self._tasks.add(task)
             task.add_done_callback(self._ended)
         try:
@@ -88,11 +102,10 @@ class CallPool:
                     self._leave(name, task)
         out: dict[str, tuple[bool, _T | BaseException | None]] = {}
         for name, task in tasks.items():
-            if not task.done() or task.cancelled():
+            if not task.done() or task.cancelled() or isinstance(answer := _answer(task), _Expired):
                 out[name] = (False, None)
             else:
-                error = task.exception()
-                out[name] = (True, error if error is not None else task.result())
+                out[name] = (True, answer)
         return out
 
     def _leave(self, backend: str, task: asyncio.Task[Any]) -> None:
@@ -108,5 +121,16 @@ class CallPool:
             task.exception()
 
 
-async def _run(fn: Callable[[], Awaitable[_T]]) -> _T:
-    return await fn()
+class _Expired:
+    """What a call that met its deadline inside its own task answers."""
+
+
+def _answer(task: asyncio.Task[_T | _Expired]) -> _T | _Expired | BaseException:
+    error = task.exception()
+    return error if error is not None else task.result()
+
+
+async def _run(fn: Callable[[], Awaitable[_T]], deadline: float) -> _T | _Expired:
+    with anyio.CancelScope(deadline=deadline):
+        return await fn()
+    return _Expired()
