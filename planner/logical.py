@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -102,11 +102,16 @@ class LogicalPlan(Record):
             )
         return self
 
+    @cached_property
+    def _by_id(self) -> tuple[dict[str, Obligation], dict[str, LogicalOperator]]:
+        # A node is looked up once per node a run reaches: by id, not by a scan of the plan.
+        return {o.id: o for o in self.obligations}, {o.id: o for o in self.operators}
+
     def obligation(self, node_id: str) -> Obligation | None:
-        return next((o for o in self.obligations if o.id == node_id), None)
+        return self._by_id[0].get(node_id)
 
     def operator(self, node_id: str) -> LogicalOperator | None:
-        return next((o for o in self.operators if o.id == node_id), None)
+        return self._by_id[1].get(node_id)
 
 
 PlanInput = LogicalPlan | Mapping[str, Any] | str | bytes | os.PathLike[str]

@@ -9,24 +9,25 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, Unpack, cast
+from typing import Any, Literal, ParamSpec, TypeVar, Unpack, cast
 
 import anyio
 
 from backends import Adapter
-from planner import Explain, LogicalPlan, PlanInput, compile_plan, plan_digest, plan_from_dict
+from planner import Explain, LogicalPlan, PlanInput, plan_digest, plan_from_dict
 from planner.logical import plan_from_input
 from race.evaluation.batch import PlanFailure, run_many
 from race.evidence.tools import EvidenceTools
-from race.facts import SETUP_TIMEOUT_S, BackendFacts
+from race.facts import SETUP_TIMEOUT_S
 from race.indexing.bundled import ensure_bundled_index
-from race.indexing.indexing import absent_contracts, check_plan_filters, corpus_root
+from race.indexing.indexing import absent_contracts, corpus_root
 from race.indexing.instances import connect_remotes as connect_remotes
 from race.indexing.instances import index_adapters, open_catalog
 from race.indexing.instances import known_contracts as known_contracts
+from race.planning import Planning, RunClock
 from race.portal import LoopThread
 from race.receipt import Receipt
-from race.run.clock import RunClock, with_analysis
+from race.run.clock import RunPhases, with_analysis
 from race.run.executor import Executor, Lineage
 from race.run.legs import UNKNOWN_GENERATION
 from race.run.roles import index_roles
@@ -61,7 +62,7 @@ def _one_error(method: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R
     return call
 
 
-class Engine(BackendFacts, EvidenceTools):
+class Engine(Planning, EvidenceTools):
     """Plans and runs logical plans over the backends of one index directory."""
 
     absent: tuple[tuple[Contract, str], ...] = ()
@@ -169,31 +170,6 @@ class Engine(BackendFacts, EvidenceTools):
     def parse(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
         return plan_from_input(plan, where=where)
 
-    def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
-        # The plan's own canonical digest, computed once per plan object, stands for the plan.
-        # The key is the tuple of every input itself, compared whole: as exact as a fingerprint
-        # of them (it is what one would hash) and a fraction of the cost on every run.
-        key = (plan_digest(plan), self.statistics_fingerprint(generations), tuple(sorted(generations.items())))
-        cached = self.plan_cache.get(key)
-        with span("race.plan", where=where, cache_hit=cached is not None) as traced:
-            explain = cached if cached is not None else self._compile(plan, generations, where, key)
-            traced.set(fingerprint=explain.fingerprints.plan, physical=explain.fingerprints.physical)
-        _log.debug("plan %s %s: %s", where, explain.fingerprints.plan, "cache hit" if cached else "compiled")
-        return explain, cached is not None
-
-    def _compile(self, plan: LogicalPlan, generations: Mapping[str, str], where: str, key: Any) -> Explain:
-        check_plan_filters(plan, self.adapters.values(), where=where)
-        explain = compile_plan(
-            plan,
-            contracts=self.contracts_at(generations),
-            backend_generations=generations,
-            stats=self.statistics(generations),
-            where=where,
-            absent=self.absent,
-        )
-        self.plan_cache.put(key, explain)
-        return explain
-
     @_one_error
     async def plan(self, plan: PlanInput, *, where: str = "plan") -> Explain:
         logical = self.parse(plan, where=where)
@@ -244,7 +220,8 @@ class Engine(BackendFacts, EvidenceTools):
         holds its estimates beside the run's actuals (``race.analysis``). ``cache=False`` reads and
         keeps nothing in the receipt and result caches.
 
-        The plan's set-up (``warm``) is done first; the deadline starts after it. One ``race.run`` span."""
+        The deadline covers the whole run, planning included; the plan's set-up (imports, opens,
+        model weights) is not charged to it (``race.planning``). One ``race.run`` span."""
         with span("race.run", where=where) as traced:
             run = self._run(plan, where=where, retain=retain, analyze=analyze, cache=cache)
             traced.set(**run_attributes(receipt := await run))
@@ -253,13 +230,15 @@ class Engine(BackendFacts, EvidenceTools):
     async def _run(
         self, plan: PlanInput, *, where: str, retain: Path | None, analyze: bool = False, cache: bool = True
     ) -> Receipt:
-        logical, analyze = self.parse(plan, where=where), analyze or self.record_stats is not None
-        clock = RunClock(await self.warm(logical, where=where))
-        # The plan deadline covers every read the run needs, generations included (I17).
-        deadline = clock.started + logical.budget.deadline_ms / 1000.0
-        generations = await self.current_generations(deadline=deadline)
-        explain, plan_hit = self._plan(logical, generations, where)
-        clock.mark("plan")
+        # The plan deadline covers the whole run: reading generations, planning, every node (I17);
+        # each generation read and pin within its own bound. Set-up alone is not charged to it.
+        clock = RunClock(time.monotonic(), (logical := self.parse(plan, where=where)).budget.deadline_ms)
+        phases, analyze = RunPhases(), analyze or self.record_stats is not None
+        generations = await self.current_generations(deadline=clock.deadline, bound=clock.read_bound)
+        explain, plan_hit = await self._plan_within(logical, generations, where, clock)
+        phases.mark("plan")
+        clock.setup_s = await self.set_up_timed(modes_read(explain, self.adapters))
+        phases.mark("setup")
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
         receipt_key = f"{explain.fingerprints.plan}/{explain.fingerprints.physical}/{int(self.early_stop)}"
@@ -268,13 +247,15 @@ class Engine(BackendFacts, EvidenceTools):
             cached = self.receipt_cache.get(receipt_key)
             if cached is not None:
                 _log.debug("run %s: receipt cache hit", where)
-                operational = clock.operational(plan_hit, "hit")
+                operational = phases.operational(clock, plan_hit, "hit")
                 return cached.model_copy(update={"operational": operational, "corpus": self.corpus_root})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
         read = backends_read(explain, self.adapters)
-        adapters = await pin_snapshots(self.adapters, generations, read=read, deadline=deadline)
-        clock.mark("pins")
+        adapters = await pin_snapshots(
+            self.adapters, generations, read=read, deadline=clock.deadline, bound=clock.read_bound, pool=self.call_pool
+        )
+        phases.mark("pins")
         recorder = RunRecorder(adapters, self.lineage(adapters), retain=retain)
         executor = Executor(
             plan=logical,
@@ -285,11 +266,13 @@ class Engine(BackendFacts, EvidenceTools):
             lineage=recorder.relations,
             early_stop=self.early_stop,
             contracts=self._contract_refs,
-            deadline=deadline,
+            deadline=clock.legs_deadline(nodes := len(logical.obligations) + len(logical.operators)),
             roles=index_roles(self.adapters.values()),
+            pool=self.call_pool,
+            cut=clock.cut(nodes),
         )
         root = await executor.run()
-        clock.mark("legs")
+        phases.mark("legs")
         receipt = executor.receipt(root, models=self.models())
         receipt = recorder.finish(
             receipt,
@@ -300,10 +283,13 @@ class Engine(BackendFacts, EvidenceTools):
             models=self.models(),
             early_stop=self.early_stop,
         )
-        if retain is None and known and not any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps):
+        timed = executor.limited or any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps)
+        if retain is None and known and not timed:
             self.receipt_cache.put(receipt_key, receipt)
-        clock.mark("receipt")
-        operational = clock.operational(plan_hit, "none" if retain or analyze or not cache else "miss", executor)
+        phases.mark("receipt")
+        still_running = self.call_pool.left_by_backend()
+        receipt_cache: Literal["none", "miss"] = "none" if retain or analyze or not cache else "miss"
+        operational = phases.operational(clock, plan_hit, receipt_cache, executor, still_running)
         if analyze:
             stats, contracts = self.statistics(generations), self.contracts_at(generations)
             operational = with_analysis(operational, explain, receipt, contracts, stats)
@@ -330,7 +316,7 @@ class Engine(BackendFacts, EvidenceTools):
         altered artifact, or if the replayed normalized receipt differs from the recorded one."""
         from race.state.replay import ReplaySession, load_receipt
 
-        clock = RunClock(0.0)
+        phases = RunPhases()
         recorded = load_receipt(receipt) if isinstance(receipt, Path) else receipt
         session = await anyio.to_thread.run_sync(ReplaySession.open, recorded, retained)
         executor = Executor(
@@ -346,7 +332,7 @@ class Engine(BackendFacts, EvidenceTools):
         )
         root = await executor.run()
         replayed = session.finish(executor.receipt(root, models=session.models))
-        operational = clock.replayed(executor, len(session.used))
+        operational = phases.replayed(executor, len(session.used))
         return replayed.model_copy(update={"operational": operational, "corpus": recorded.corpus})
 
     # -- one-line search --------------------------------------------------------------------

@@ -16,6 +16,7 @@ import anyio
 
 from backends import Adapter
 from planner import Statistics
+from race.run.detached import CallPool
 from race.run.legs import UNKNOWN_GENERATION
 from race.state.learned import LearnedStatistics, PlanStatistics
 from race.tracing import prepare, span
@@ -38,6 +39,8 @@ class BackendFacts:
     ) -> None:
         self.adapters = dict(sorted(adapters.items()))
         prepare()  # tracing's library, found now: never on the event loop
+        self.call_pool = CallPool()
+        """Where every run's backend calls go: the ones runs stopped waiting for, per backend."""
         self._contracts = tuple(
             sorted(
                 [c for a in self.adapters.values() for c in a.index_contracts()] + list(extra_contracts),
@@ -108,23 +111,21 @@ class BackendFacts:
     def generations(self) -> dict[str, str]:
         return {name: adapter.generation() for name, adapter in self.adapters.items()}
 
-    async def current_generations(self, *, deadline: float | None = None) -> dict[str, str]:
-        """Every backend's generation, read fresh for each plan and run (I6), within ``deadline``
-        (a ``time.monotonic`` instant). A generation that cannot be read in time, or whose read
-        fails, is ``unknown``: never a cache hit, and the legs say so.
-
-        Local reads are a ``stat`` or two and answer at once, so they are read one after the
-        other under one deadline scope, without the cost of a task per backend; a read that
-        waits (a remote) is cut by the scope, and every backend not read by then is unknown."""
-        generations = dict.fromkeys(self.adapters, UNKNOWN_GENERATION)
-        limit = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        with anyio.move_on_after(limit):
-            for name, adapter in self.adapters.items():
-                try:
-                    generations[name] = await adapter.current_generation()
-                except Exception:
-                    generations[name] = UNKNOWN_GENERATION
-        return generations
+    async def current_generations(self, *, deadline: float | None = None, bound: float | None = None) -> dict[str, str]:
+        """Every backend's generation, read fresh for each plan and run (I6), all at once, each
+        within ``bound`` seconds and none past ``deadline`` (a ``time.monotonic`` instant). A
+        generation that cannot be read in time, or whose read fails, is ``unknown``: never a cache
+        hit, and that backend's legs say so. A read that does not answer is left behind
+        (``race.run.detached``): one backend never holds another's read, nor the run."""
+        limits = [bound] if bound is not None else []
+        if deadline is not None:
+            limits.append(deadline - time.monotonic())
+        reads = {name: adapter.current_generation for name, adapter in self.adapters.items()}
+        found = await self.call_pool.settle(reads, max(min(limits), 0.0) if limits else None)
+        return {
+            name: answer if answered and isinstance(answer, str) else UNKNOWN_GENERATION
+            for name, (answered, answer) in found.items()
+        }
 
     def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
         """The statistics plans are costed with: the ones given to the engine, or else what the
@@ -150,6 +151,14 @@ class BackendFacts:
         """The identity (name, dims, weights sha256) of every model a backend of this engine runs."""
         out = [model for adapter in self.adapters.values() for model in adapter.models()]
         return tuple(sorted(out, key=lambda m: str(m.get("name", ""))))
+
+    async def set_up_timed(self, needs: Mapping[str, frozenset[str] | None]) -> float:
+        """``set_up``, and the seconds it took (0.0 when everything was already set up)."""
+        started = time.monotonic()
+        if all((n, m) in self._warmed or (n, None) in self._warmed for n, m in needs.items()):
+            return 0.0
+        await self.set_up(needs)
+        return time.monotonic() - started
 
     async def set_up(self, needs: Mapping[str, frozenset[str] | None]) -> None:
         """Each backend's set-up for the scan modes in ``needs`` (every mode for ``None``), all at

@@ -248,6 +248,12 @@ class Operational(Record):
     (generations and plan), ``pins``, ``legs`` (the legs and operators), ``fusion``, ``receipt``."""
     analysis: Analysis | None = Field(default=None, exclude_if=lambda v: v is None)
     """``run(..., analyze=True)``: the chosen plan's estimates beside the run's actuals."""
+    left_behind: dict[str, int] = Field(default_factory=dict)
+    """Per backend, the calls this run stopped waiting for (a leg past its timeout or the plan
+    deadline) while they still ran: left behind, their answers dropped (``race.run.detached``)."""
+    still_running: dict[str, int] = Field(default_factory=dict)
+    """Per backend, the calls this engine's runs left behind that were still running when this
+    run ended; a backend with ``CallPool.capacity`` of them gets no new call until one ends."""
 
 
 class Receipt(Record):

@@ -148,7 +148,7 @@ def test_a_healthy_run_logs_one_debug_record_per_leg_and_no_warning(
     assert len(legs) == len(receipt.operational.legs)
     assert all(r.levelno == logging.DEBUG for r in legs)
     assert sorted(r.getMessage().split()[1] for r in legs) == sorted(receipt.operational.legs)
-    assert any(r.name == "race.engine" and "compiled" in r.getMessage() for r in caplog.records)
+    assert any(r.name == "race.planning" and "compiled" in r.getMessage() for r in caplog.records)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     # No query text at INFO or above (it is user data).
     texts = [o["query"]["text"] for o in PLAN["obligations"] if "text" in o["query"]]

@@ -1,14 +1,15 @@
 """Where a run's time went: set-up, plan, pins, legs, fusion, receipt (operational only).
 
-The engine marks each phase as it ends; the executor's fusion time is taken out of the legs'
-phase. The figures go to ``operational``, never into the normalized receipt.
+The engine marks each phase as it ends (set-up, which the deadline does not count, is the
+deadline clock's: ``race.planning.RunClock``); the executor's fusion time is taken out of the
+legs' phase. The figures go to ``operational``, never into the normalized receipt.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from planner import Explain, Statistics
 from race.analysis import analyze
@@ -16,16 +17,23 @@ from race.receipt import Operational, Receipt
 from race.run.executor import Executor
 from rsc import Contract
 
-Phase = Literal["plan", "pins", "legs", "receipt"]
+Phase = Literal["plan", "setup", "pins", "legs", "receipt"]
 
 
-class RunClock:
-    """Started when the plan's deadline starts (after set-up)."""
+class Timing(Protocol):
+    """The run's deadline clock (``race.planning.RunClock``): its set-up and its wall time."""
 
-    def __init__(self, setup_s: float) -> None:
+    setup_s: float
+
+    def wall_ms(self) -> float: ...
+
+
+class RunPhases:
+    """The run's phases, each marked as it ends, from the start of the run."""
+
+    def __init__(self) -> None:
         self.started = self._last = time.monotonic()
-        self.setup_ms = round(setup_s * 1000.0, 3)
-        self.phases: dict[str, float] = {"setup": self.setup_ms}
+        self.phases: dict[str, float] = {}
 
     def mark(self, phase: Phase) -> None:
         """The time since the last mark (or the start) was spent in ``phase``."""
@@ -33,45 +41,45 @@ class RunClock:
         self.phases[phase] = round((now - self._last) * 1000.0, 3)
         self._last = now
 
-    def wall_ms(self) -> float:
-        return round((time.monotonic() - self.started) * 1000.0, 3)
-
     def operational(
         self,
+        clock: Timing,
         plan_hit: bool,
         receipt_cache: Literal["hit", "miss", "none"],
         executor: Executor | None = None,
+        still_running: dict[str, int] | None = None,
     ) -> Operational:
-        """The run's operational figures; with ``executor``, its legs, calls, caches and fusion time."""
-        phases = dict(self.phases)
+        """The run's operational figures; with ``executor``, its legs, calls, caches, the calls
+        it left behind and its fusion time. Set-up is the deadline clock's."""
+        setup_ms = round(clock.setup_s * 1000.0, 3)
+        phases = {**self.phases, "setup": setup_ms}
+        common = {
+            "wall_ms": clock.wall_ms(),
+            "setup_ms": setup_ms,
+            "plan_cache": "hit" if plan_hit else "miss",
+            "receipt_cache": receipt_cache,
+        }
         if executor is None:
-            return Operational(
-                wall_ms=self.wall_ms(),
-                setup_ms=self.setup_ms,
-                plan_cache="hit" if plan_hit else "miss",
-                receipt_cache=receipt_cache,
-                phases=phases,
-            )
+            return Operational(**common, phases=dict(sorted(phases.items())))
         fusion = round(executor.fusion_seconds * 1000.0, 3)
         if "legs" in phases:
             phases["legs"] = round(max(phases["legs"] - fusion, 0.0), 3)
         phases["fusion"] = fusion
         return Operational(
-            wall_ms=self.wall_ms(),
-            setup_ms=self.setup_ms,
-            plan_cache="hit" if plan_hit else "miss",
-            receipt_cache=receipt_cache,
+            **common,
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},
             calls=dict(sorted(executor.calls.items())),
             result_cache=dict(executor.cache_counts),
             model_calls_made=executor.model_calls_made,
+            left_behind=executor.left_behind,
+            still_running=still_running or {},
             phases=dict(sorted(phases.items())),
         )
 
     def replayed(self, executor: Executor, artifacts: int) -> Operational:
         """A replay's figures: its time, legs and calls, and the retained responses it read."""
         return Operational(
-            wall_ms=self.wall_ms(),
+            wall_ms=round((time.monotonic() - self.started) * 1000.0, 3),
             legs={k: vars(v) for k, v in sorted(executor.legs.items())},
             calls=dict(sorted(executor.calls.items())),
             replayed_artifacts=artifacts,

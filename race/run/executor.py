@@ -30,6 +30,8 @@ from race.receipt import (
 )
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
+from race.run.deadline import cut_short, not_reached
+from race.run.detached import CallPool
 from race.run.freshness import Lineage
 from race.run.fusion import FUSION_SECONDS
 from race.run.legs import LegRecord, LegRunner, ScanCache
@@ -56,10 +58,15 @@ class Executor:
         contracts: Mapping[str, Contract] | None = None,
         deadline: float | None = None,
         roles: Roles | None = None,
+        pool: CallPool | None = None,
+        cut: float | None = None,
     ) -> None:
         self.plan = plan
         self.explain = explain
         budget = plan.budget
+        # When the run stops evaluating nodes, whatever is still running (``race.run.deadline``).
+        self._cut = cut
+        self._was_cut = False
         self._legs = LegRunner(
             adapters=adapters,
             generations=generations,
@@ -69,6 +76,7 @@ class Executor:
             deadline_ms=budget.deadline_ms,
             concurrency=budget.max_concurrency_per_backend,
             cache=cache,
+            pool=pool,
         )
         self._ctx = RunContext(
             plan=plan, legs=self._legs, lineage=lineage, early_stop=early_stop, evaluate=self._node, skip=self._skip
@@ -100,6 +108,16 @@ class Executor:
     def model_calls_made(self) -> int:
         return self._legs.operational.model_calls_made
 
+    @property
+    def left_behind(self) -> dict[str, int]:
+        return dict(sorted(self._legs.operational.left_behind.items()))
+
+    @property
+    def limited(self) -> bool:
+        """Whether time or the call pool kept a leg from starting, or the run was cut short:
+        what the receipt lacks then depends on timing, and it is never cached."""
+        return self._legs.operational.refused > 0 or self._was_cut
+
     # -- entry ------------------------------------------------------------------------------
 
     @property
@@ -110,7 +128,17 @@ class Executor:
     async def run(self) -> Outcome:
         token = FUSION_SECONDS.set(self._fusion)
         try:
-            root = await self._node(self.explain.physical)
+            physical = self.explain.physical
+            if self._cut is None:
+                root = await self._node(physical)
+            else:
+                # A run whose planning used up its time does not start the tree only to cancel it.
+                if self._legs.remaining_ms() > 0:
+                    with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
+                        root = await self._node(physical)
+                if self._was_cut or physical.node not in self._done:
+                    self._was_cut = True
+                    root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
         finally:
             FUSION_SECONDS.reset(token)
         for ob in self.plan.obligations:
@@ -175,6 +203,10 @@ class Executor:
         if node.node in self._running:
             await self._running[node.node].wait()
             return self._done[node.node]
+        if self._cut is not None and time.monotonic() >= self._cut:
+            # Past the cut a node is not started: the run records it as not reached (cut_short).
+            self._was_cut = True
+            return not_reached(self._ctx, node)
         event = self._running[node.node] = anyio.Event()
         try:
             if isinstance(node, OperatorNode):

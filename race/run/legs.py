@@ -2,8 +2,9 @@
 
 Every fault is contained here, at the leg edge. Whatever an adapter raises, of any type and
 on any thread, becomes a gap on the obligation it served (I7); a leg that does not answer
-by its timeout is a ``timeout`` gap and its late answer is discarded (adapters run blocking
-work on threads that a cancelled leg abandons); the plan deadline bounds every read (I17).
+by its timeout is a ``timeout`` gap and its late answer is discarded; the plan deadline bounds
+every read (I17). Each adapter call runs as a task the leg can leave behind
+(``race.run.detached``), so these bounds hold whatever the adapter does inside the call.
 An answer is screened before anything reads it: malformed hits are dropped with a
 ``backend_error`` gap that counts them. The run's operational record (timings, calls,
 cache and model-call counts) is kept beside the results, never in them.
@@ -15,6 +16,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import anyio
@@ -23,6 +25,7 @@ from backends.base import UNKNOWN_GENERATION as UNKNOWN_GENERATION
 from backends.base import Adapter
 from planner import Generations, ScanNode
 from race.run.answers import screen
+from race.run.detached import CallPool
 from race.run.outcome import FAILURE_GAPS, gap
 from race.tracing import gap_kinds, span
 from rsc import BackendTimeout, Contract, Gap, GapKind, ScanRequest, ScanResult, SnapshotMoved, fingerprint
@@ -61,6 +64,10 @@ class Operational:
     calls: dict[str, int] = field(default_factory=dict)
     cache: dict[str, int] = field(default_factory=lambda: {"hit": 0, "miss": 0})
     model_calls_made: int = 0
+    left_behind: dict[str, int] = field(default_factory=dict)
+    """Per backend, the calls this run stopped waiting for while they still ran."""
+    refused: int = 0
+    """Legs not started for want of time or of room in the call pool: the receipt depends on timing."""
 
 
 def failure_detail(exc: BaseException) -> str:
@@ -82,6 +89,7 @@ class LegRunner:
         deadline_ms: int,
         concurrency: int,
         cache: ScanCache | None,
+        pool: CallPool | None = None,
     ) -> None:
         self.adapters = adapters
         self.generations = generations
@@ -91,8 +99,13 @@ class LegRunner:
         self.deadline_ms = deadline_ms
         self.cache = cache
         self.operational = Operational()
+        self.pool = pool if pool is not None else CallPool()
         self._limiters = {name: anyio.CapacityLimiter(concurrency) for name in sorted(adapters)}
         self._answered: dict[str, ScanResult] = {}
+        self.running: dict[str, tuple[str, ScanNode]] = {}
+        """The legs in flight, by label: what a run cut short was still waiting for."""
+        self.failures: dict[str, list[Gap]] = {}
+        """The gaps of the legs that failed, by obligation: what a run cut short still names."""
 
     def remaining_ms(self) -> float:
         return (self.deadline - time.monotonic()) * 1000.0
@@ -133,6 +146,12 @@ class LegRunner:
             record[label] = LegRecord(0.0, "none", 0, "backend_error")
             why = f"backend {backend!r} is not open in this engine"
             return Answer(None, (*planned, gap(GapKind.BACKEND_ERROR, obligation, why, backend)))
+        # Past the deadline nothing more is read, not even the cache: a node not reached costs
+        # the run only its gap, so that a plan of any size ends in time (I17).
+        remaining = self.remaining_ms()
+        if remaining <= 0:
+            why = f"plan deadline {self.deadline_ms} ms passed before the leg started"
+            return self._refused(label, obligation, backend, planned, why)
         # The snapshot the adapters are pinned to for this run: what the plan was made with.
         generation = self.generations.get(backend, UNKNOWN_GENERATION)
         contract = self.contracts.get(scan.rsc)
@@ -157,17 +176,22 @@ class LegRunner:
             self._answered[key] = result
             record[label] = LegRecord(round((time.monotonic() - started) * 1000.0, 3), "hit", len(result.hits), "ok")
             return Answer(result, planned)
-        remaining = self.remaining_ms()
-        if remaining <= 0:
-            record[label] = LegRecord(0.0, "none", 0, "resource_limited")
-            why = f"plan deadline {self.deadline_ms} ms passed before the leg started"
-            return Answer(None, (*planned, gap(GapKind.RESOURCE_LIMITED, obligation, why, backend)))
+        if self.pool.full(backend):
+            why = (
+                f"not started: {self.pool.capacity} earlier calls to {backend} that runs stopped waiting "
+                "for are still running (the call pool is full)"
+            )
+            return self._refused(label, obligation, backend, planned, why)
         self.operational.calls[backend] = self.operational.calls.get(backend, 0) + 1
+        # Kept when the run is cut short here: the cut names the legs it was still waiting for.
+        self.running[label] = (obligation, scan)
         result, failure = await self._call(adapter, scan, obligation, remaining)
+        del self.running[label]
         elapsed = round((time.monotonic() - started) * 1000.0, 3)
         if result is None:
             assert failure is not None
             record[label] = LegRecord(elapsed, "miss", 0, failure.kind.value)
+            self.failures.setdefault(obligation, []).append(failure)
             return Answer(None, (*planned, failure))
         self.operational.model_calls_made += result.model_calls
         result, malformed = screen(request, result, contract.score_kind if contract is not None else None)
@@ -180,6 +204,11 @@ class LegRunner:
         outcome = "ok" if malformed is None else "malformed"
         record[label] = LegRecord(elapsed, "miss", len(result.hits), outcome, result.model_calls)
         return Answer(result, gaps)
+
+    def _refused(self, label: str, obligation: str, backend: str, planned: tuple[Gap, ...], why: str) -> Answer:
+        self.operational.legs[label] = LegRecord(0.0, "none", 0, "resource_limited")
+        self.operational.refused += 1
+        return Answer(None, (*planned, gap(GapKind.RESOURCE_LIMITED, obligation, why, backend)))
 
     async def _call(
         self, adapter: Adapter, scan: ScanNode, obligation: str, remaining_ms: float
@@ -206,6 +235,10 @@ class LegRunner:
         assert scope.cancelled_caught
         return None, self._deadline_gap(scan, obligation, plan_bound)
 
+    def deadline_gap(self, scan: ScanNode, obligation: str) -> Gap:
+        """The gap of a leg still in flight when the run was cut short at the plan deadline."""
+        return self._deadline_gap(scan, obligation, plan_bound=True)
+
     def _deadline_gap(self, scan: ScanNode, obligation: str, plan_bound: bool) -> Gap:
         if plan_bound:
             why = f"cancelled at the plan deadline ({self.deadline_ms} ms)"
@@ -216,15 +249,16 @@ class LegRunner:
         return gap(kind, obligation, detail, scan.request.backend)
 
     async def _limited(self, backend: str, adapter: Adapter, request: ScanRequest) -> ScanResult:
-        """``adapter.scan`` within the backend's concurrency limit. A free slot is taken without
-        a trip through the event loop; a full limiter waits (and can be cancelled) as usual."""
+        """``adapter.scan`` within the backend's concurrency limit, as a call the leg can leave
+        behind. A free slot is taken without a trip through the event loop; a full limiter waits
+        (and can be cancelled) as usual. A call left behind gives its slot back at once."""
         limiter = self._limiters[backend]
         try:
             limiter.acquire_nowait()
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            result = await adapter.scan(request)
+            result = await self.pool.call(backend, partial(adapter.scan, request), self.operational.left_behind)
         finally:
             limiter.release()
         if not isinstance(result, ScanResult):

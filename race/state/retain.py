@@ -212,6 +212,7 @@ class RunRecorder:
     lookups: dict[str, dict[str, Any]] = field(default_factory=dict)
     artifacts: list[tuple[str, bytes]] = field(default_factory=list)
     plan_digest: str | None = None
+    finished: bool = False
 
     def __post_init__(self) -> None:
         if self.retain is not None and self.retain.exists() and not self.retain.is_dir():
@@ -229,7 +230,10 @@ class RunRecorder:
         return "http" if _is_remote(live) else "local"
 
     def add(self, response: LegResponse) -> None:
-        self.responses.append(response)
+        # A leg the run left behind that answers after the run finished is not recorded: the
+        # run never read that answer (race.run.detached).
+        if not self.finished:
+            self.responses.append(response)
 
     def lookup(self, method: str, args: dict[str, Any], answer: Mapping[str, Any]) -> None:
         key = lookup_key(method, args)
@@ -257,10 +261,22 @@ class RunRecorder:
         early_stop: bool = True,
     ) -> Receipt:
         """The receipt with its lineage id and, when retaining, the artifact digests (nothing written yet)."""
+        self.finished = True
         for response in self.responses:
             if response.outcome == "deadline":
                 record = legs.get(response.label)
                 response.verdict = record.outcome if record is not None else "timeout"
+        # A leg left behind whose adapter never saw its cancellation has recorded nothing yet.
+        seen = {response.label for response in self.responses}
+        for scan in scans(explain.physical):
+            label = f"{scan.node}/{scan.rsc}"
+            record = legs.get(label)
+            if label not in seen and record is not None and record.outcome in ("timeout", "cancelled"):
+                transport = self._transport(scan.request.backend)
+                left = LegResponse(scan.request, transport, utc_now(), "deadline", verdict=record.outcome)
+                if self.retain is not None or transport == "http":
+                    self.responses.append(left)
+                    seen.add(label)
         if self.retain is not None:
             for scan in scans(explain.physical):
                 label = f"{scan.node}/{scan.rsc}"

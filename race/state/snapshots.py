@@ -16,11 +16,9 @@ import time
 from collections.abc import Collection, Mapping
 from functools import partial
 
-import anyio
-
 from backends.base import UNKNOWN_GENERATION, Adapter, RefusedSnapshot
 from planner import Explain, scans
-from race.run.context import gather
+from race.run.detached import CallPool
 from race.tracing import span
 from rsc import BackendUnavailable, ScanRequest, ScanResult
 
@@ -52,27 +50,32 @@ async def pin_snapshots(
     *,
     read: Collection[str],
     deadline: float,
+    bound: float | None = None,
+    pool: CallPool | None = None,
 ) -> dict[str, Adapter]:
-    """``adapters`` with each one in ``read`` pinned to its planned generation, all at once and
-    within ``deadline`` (a ``time.monotonic`` instant; the run's plan deadline). The others are
-    passed through as they are."""
+    """``adapters`` with each one in ``read`` pinned to its planned generation, all at once, each
+    within ``bound`` seconds and none past ``deadline`` (a ``time.monotonic`` instant; the run's
+    plan deadline). A pin that does not answer in time is left behind in ``pool``
+    (``race.run.detached``) and only that backend's legs are refused; the others are passed
+    through as they are."""
     names = [name for name in adapters if name in read]
     limit = max(deadline - time.monotonic(), 0.0)
-
-    async def pin(name: str) -> Adapter:
-        adapter = adapters[name]
+    if bound is not None:
+        limit = min(limit, bound)
+    calls = pool if pool is not None else CallPool()
+    pins = {name: partial(adapters[name].pin, generations.get(name, UNKNOWN_GENERATION)) for name in names}
+    pinned: dict[str, Adapter] = {}
+    for name, (answered, answer) in (await calls.settle(pins, limit)).items():
         planned = generations.get(name, UNKNOWN_GENERATION)
         with span("race.pin", backend=name, generation=planned) as traced:
-            try:
-                return await adapter.pin(planned)
-            except Exception as exc:
+            if isinstance(answer, Exception):
                 # An adapter's fault, of any type, is its legs' gap, never the run's failure.
-                traced.fail(detail := f"{type(exc).__name__}: {exc}")
-                return _PinFailed(adapter, planned=planned, detail=detail)
-
-    pinned: dict[str, Adapter] = {}
-    with anyio.move_on_after(limit):
-        pinned = dict(zip(names, await gather([partial(pin, name) for name in names]), strict=True))
+                traced.fail(detail := f"{type(answer).__name__}: {answer}")
+                pinned[name] = _PinFailed(adapters[name], planned=planned, detail=detail)
+            elif answered and isinstance(answer, Adapter):
+                pinned[name] = answer
+            else:
+                traced.fail(f"no answer within {limit * 1000.0:.0f} ms")
     out: dict[str, Adapter] = {}
     for name, adapter in adapters.items():
         if name not in read:
@@ -80,10 +83,10 @@ async def pin_snapshots(
         elif name in pinned:
             out[name] = pinned[name]
         else:
-            # The plan deadline passed first; no leg starts after it, but none may read unpinned.
+            # Its pin did not answer in time; no leg may read it unpinned.
             planned = generations.get(name, UNKNOWN_GENERATION)
             out[name] = RefusedSnapshot(
-                adapter, planned=planned, current=UNKNOWN_GENERATION, reason="was not pinned before the plan deadline"
+                adapter, planned=planned, current=UNKNOWN_GENERATION, reason="was not pinned in time"
             )
     return out
 

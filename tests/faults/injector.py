@@ -3,9 +3,12 @@
 A ``FaultyAdapter`` wraps one opened adapter and, for the obligations it is told about
 (matched on ``request.obligation``), injects one ``Fault`` into that obligation's scans:
 slowness (an async delay, an async hang, a hang inside a worker thread, an answer held
-back past the leg deadline), exceptions of any type raised in the coroutine or in the
-worker thread, and malformed answers (a non-finite or negative score, a hit outside the
-request's pushed filters, a duplicate key, custody that does not name the request). Every
+back past the leg deadline), an adapter that does not cooperate with cancellation (a plain
+thread hop that cannot be abandoned, a C call sleeping in such a thread, a client that
+shields itself from cancellation and swallows it: ``UNCOOPERATIVE``), exceptions of any
+type raised in the coroutine or in the worker thread, and malformed answers (a non-finite
+or negative score, a hit outside the request's pushed filters, a duplicate key, custody that
+does not name the request). Every
 other call, and every other attribute, goes to the real adapter unchanged.
 
 What was injected is recorded (``injected``), with the request it hit and, for a malformed
@@ -17,6 +20,8 @@ to violate) is recorded in ``not_applied`` and the answer goes through untouched
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
 import math
 import time
 from collections.abc import Mapping
@@ -41,6 +46,9 @@ _CATEGORY: dict[str, Category] = {
     "hang_async": "timing",
     "hang_thread": "timing",
     "late_answer": "timing",
+    "hop_thread": "timing",
+    "c_sleep": "timing",
+    "ignore_cancel": "timing",
     "raise_task": "error",
     "raise_thread": "error",
     "nan_score": "malformed",
@@ -113,6 +121,48 @@ def hang_async(seconds: float = HANG_S) -> Fault:
 def hang_thread(seconds: float = HANG_S) -> Fault:
     """``time.sleep`` inside ``backends.blocking`` (a worker thread) far past the deadline."""
     return Fault("hang_thread", seconds=seconds)
+
+
+STUCK_S = 2.0
+"""How long an uncooperative fault holds its call: past every deadline of the matrix, short
+enough that the threads it holds are back within a few cases."""
+
+
+def hop_thread(seconds: float = STUCK_S) -> Fault:
+    """``time.sleep`` in a plain ``anyio.to_thread.run_sync`` hop (no ``abandon_on_cancel``):
+    the coroutine cannot be cancelled until the thread returns."""
+    return Fault("hop_thread", seconds=seconds)
+
+
+def c_sleep(seconds: float = STUCK_S) -> Fault:
+    """The C library's ``sleep`` called through ``ctypes`` in a plain thread hop: a C call
+    holding its thread, which nothing in Python can interrupt."""
+    return Fault("c_sleep", seconds=seconds)
+
+
+def ignore_cancel(seconds: float = STUCK_S / 2) -> Fault:
+    """A client that ignores cancellation: it waits in a shielded scope and swallows every
+    cancellation that reaches it, then answers. (Half of ``STUCK_S``: a task that ignores
+    cancellation also holds the end of the event loop it ran on, each case's own.)"""
+    return Fault("ignore_cancel", seconds=seconds)
+
+
+UNCOOPERATIVE: tuple[Fault, ...] = (hop_thread(), c_sleep(), ignore_cancel())
+
+
+def _c_sleep(seconds: float) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.sleep(ctypes.c_uint(math.ceil(seconds)))
+
+
+async def _stubborn_wait(seconds: float) -> None:
+    end = anyio.current_time() + seconds
+    while (left := end - anyio.current_time()) > 0:
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(left)
+        except anyio.get_cancelled_exc_class():
+            continue  # a native cancellation that reached the task anyway: ignored too
 
 
 def raise_task(exc: Exception) -> Fault:
@@ -292,6 +342,15 @@ class FaultyAdapter(Adapter):
             return await self.inner.scan(request)
         if fault.kind == "hang_thread":
             await blocking(time.sleep, fault.seconds)
+            return await self.inner.scan(request)
+        if fault.kind == "hop_thread":
+            await anyio.to_thread.run_sync(time.sleep, fault.seconds)
+            return await self.inner.scan(request)
+        if fault.kind == "c_sleep":
+            await anyio.to_thread.run_sync(_c_sleep, fault.seconds)
+            return await self.inner.scan(request)
+        if fault.kind == "ignore_cancel":
+            await _stubborn_wait(fault.seconds)
             return await self.inner.scan(request)
         if fault.kind == "late_answer":
             started = anyio.current_time()

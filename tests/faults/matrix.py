@@ -6,11 +6,14 @@ run over an index of the second fixture corpus (fixtures/corpus2: other fields, 
 schema, its generated contracts); every other plan over the bundled corpus's. The backend is the one the chosen
 physical plan really sends that obligation's leg to (``run_case`` checks it against
 ``planner.scans(explain.physical)`` and refuses a case that names another), so a fault
-always lands on a leg that runs. A timing fault runs with a small budget (``NORMAL``: plan
-deadline 1200 ms, leg deadline 300 ms; ``TIGHT``: the plan deadline, 500 ms, comes before
-the leg's own), so a hang costs the suite a fraction of a second, not its patience. An
-error or a malformed answer runs with deadlines far above any run's need (``ROOMY``), so
-that on a busy machine only the injected fault, never a slow leg, can end that leg.
+always lands on a leg that runs. The uncooperative faults (``injector.UNCOOPERATIVE``: a
+plain thread hop, a C call holding its thread, a client that swallows cancellation) run on
+the first faulted leg of every plan. A timing fault runs with a small budget (``NORMAL``:
+plan deadline 2000 ms, which also covers planning and every node, leg deadline 300 ms;
+``TIGHT``: the plan deadline, 500 ms, comes before the leg's own), so a hang costs the suite
+a fraction of a second, not its patience. An error or a malformed answer runs with deadlines
+far above any run's need (``ROOMY``), so that on a busy machine only the injected fault,
+never a slow leg, can end that leg.
 
 What every case must show (docs/invariants.md: I3, I5, I7, I17 and "Malformed answers"):
 
@@ -68,6 +71,7 @@ from rsc import BackendUnavailable, GapKind, Hit, ObligationStatus, SearchCovera
 from tests.conftest import FIXTURES, load_plan
 from tests.faults.injector import (
     REASON_WORDS,
+    UNCOOPERATIVE,
     Fault,
     FaultyAdapter,
     Injection,
@@ -108,7 +112,7 @@ class Deadlines:
         return self.leg_timeout_ms >= self.deadline_ms
 
 
-NORMAL = Deadlines(deadline_ms=1200, leg_timeout_ms=300)
+NORMAL = Deadlines(deadline_ms=2000, leg_timeout_ms=300)
 TIGHT = Deadlines(deadline_ms=500, leg_timeout_ms=2000)
 ROOMY = Deadlines(deadline_ms=300_000, leg_timeout_ms=120_000)
 """For an error or a malformed answer: what is checked is the gap the fault makes, and a leg
@@ -344,6 +348,19 @@ _TIGHT: tuple[tuple[str, str, str, Fault], ...] = (
 )
 
 
+# Adapters that do not cooperate with cancellation (a plain thread hop, a C call holding its
+# thread, a client that swallows cancellation), on the first faulted leg of every plan above:
+# the executor leaves the call behind at the leg deadline and drops its late answer.
+_FIRST: dict[str, tuple[str, str, str]] = {}
+for _plan, _ob, _backend, _ in _LEGS:
+    _FIRST.setdefault(_plan, (_plan, _ob, _backend))
+_FIRST_LEGS: tuple[tuple[str, str, str], ...] = tuple(_FIRST.values())
+_TIGHT_UNCOOPERATIVE: tuple[tuple[str, str, str], ...] = (
+    ("showcase.json", "python-deps", "graph"),
+    ("faults/remote_operators.json", "remote-stall", "remote"),
+)
+
+
 def _budget(fault: Fault) -> Deadlines:
     return NORMAL if fault.category == "timing" else ROOMY
 
@@ -355,6 +372,10 @@ def build_matrix() -> tuple[Case, ...]:
         for ob, fault in _UNION_READS
     ]
     cases += [Case(plan, ob, backend, fault, deadlines=TIGHT) for plan, ob, backend, fault in _TIGHT]
+    cases += [Case(plan, ob, backend, fault, NORMAL) for plan, ob, backend in _FIRST_LEGS for fault in UNCOOPERATIVE]
+    cases += [
+        Case(plan, ob, backend, fault, TIGHT) for plan, ob, backend in _TIGHT_UNCOOPERATIVE for fault in UNCOOPERATIVE
+    ]
     ids = [c.id for c in cases]
     duplicated = sorted(i for i, n in Counter(ids).items() if n > 1)
     assert not duplicated, f"duplicate case ids: {duplicated}"

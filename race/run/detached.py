@@ -1,0 +1,136 @@
+"""Backend calls the run can leave behind: the coordinator, not the adapter, keeps the deadline.
+
+Every call RACE makes into an adapter during a run (a leg's ``scan``, a generation read, a
+pin) runs as its own task, and the run waits for that task's answer, not for the task. When
+the run stops waiting (the leg timeout, the plan deadline, or the run itself cancelled), it
+moves on at once, whatever the call is doing: a worker thread that does not come back, a C
+call holding its thread, a client that shields itself from cancellation. The task left
+behind is asked to cancel (a cooperative adapter then stops), is counted until it ends, and
+whatever it answers later is dropped: nothing reads, records or caches it.
+
+Left-behind calls are bounded, per backend: ``CallPool.capacity`` calls may be left running
+at once. A backend whose pool is full gets no new call until one of them ends; the leg that
+meets it is a ``resource_limited`` gap saying so, and the other backends are untouched.
+
+RACE runs on asyncio (``race.portal``): a left-behind call is an asyncio task outside the
+run's task groups, kept referenced here until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import anyio
+
+_T = TypeVar("_T")
+
+DEFAULT_CAPACITY = 16
+"""How many calls one backend may have left running at once before its legs are refused."""
+
+
+class CallPool:
+    """The calls of one engine's runs, per backend: how many were left behind and still run."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("a call pool holds at least one call")
+        self.capacity = capacity
+        self._left: dict[str, set[asyncio.Task[Any]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def left_behind(self, backend: str | None = None) -> int:
+        """Calls left behind that still run: of ``backend``, or of every backend."""
+        if backend is not None:
+            return len(self._left.get(backend, ()))
+        return sum(len(tasks) for tasks in self._left.values())
+
+    def left_by_backend(self) -> dict[str, int]:
+        return {name: len(tasks) for name, tasks in sorted(self._left.items()) if tasks}
+
+    def full(self, backend: str) -> bool:
+        return self.left_behind(backend) >= self.capacity
+
+    async def call(self, backend: str, fn: Callable[[], Awaitable[_T]], left: dict[str, int] | None = None) -> _T:
+        """``await fn()`` as a task of its own; when the caller is cancelled the task is left
+        behind (asked to cancel, counted under ``backend`` until it ends, its answer dropped)
+        and, given ``left``, counted there too (a run's own record)."""
+        # The call sees the caller's deadline as its own (``anyio.current_effective_deadline``):
+        # a cooperative adapter plans with it and is cancelled at it, in its own task.
+        deadline = anyio.current_effective_deadline()
+        task: asyncio.Task[_T | _Expired] = asyncio.get_running_loop().create_task(_run(fn, deadline))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        try:
+            answer = await asyncio.shield(task)
+            if isinstance(answer, _Expired):
+                # The call met the caller's deadline first: the caller's own cancellation is due
+                # now, and it is what ends the wait (a timeout or the plan deadline, as ever).
+                await anyio.sleep_forever()
+            assert not isinstance(answer, _Expired)
+            return answer
+        except BaseException:
+            if not task.done():
+                self._leave(backend, task)
+                if left is not None:
+                    left[backend] = left.get(backend, 0) + 1
+            raise
+
+    async def settle(
+        self, calls: Mapping[str, Callable[[], Awaitable[_T]]], seconds: float | None
+    ) -> dict[str, tuple[bool, _T | BaseException | None]]:
+        """Every call of ``calls`` (backend -> call) at once, as tasks of their own, waited for
+        ``seconds`` at most (``None``: until all end). Per backend: ``(True, answer or the
+        exception raised)`` or, for a call that did not end in time, ``(False, None)``: that
+        call is left behind. One turn of the loop when every call answers at once."""
+        loop = asyncio.get_running_loop()
+        tasks: dict[str, asyncio.Task[_T | _Expired]] = {}
+        deadline = anyio.current_effective_deadline()
+        if seconds is not None:
+            deadline = min(deadline, anyio.current_time() + seconds)
+        for name, fn in calls.items():
+            task = tasks[name] = loop.create_task(_run(fn, deadline))
+            self._tasks.add(task)
+            task.add_done_callback(self._ended)
+        try:
+            if tasks:
+                await asyncio.wait(tasks.values(), timeout=seconds)
+        finally:
+            for name, task in tasks.items():
+                if not task.done():
+                    self._leave(name, task)
+        out: dict[str, tuple[bool, _T | BaseException | None]] = {}
+        for name, task in tasks.items():
+            if not task.done() or task.cancelled() or isinstance(answer := _answer(task), _Expired):
+                out[name] = (False, None)
+            else:
+                out[name] = (True, answer)
+        return out
+
+    def _leave(self, backend: str, task: asyncio.Task[Any]) -> None:
+        self._left.setdefault(backend, set()).add(task)
+        task.add_done_callback(lambda t: self._left.get(backend, set()).discard(t))
+        task.cancel()
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        # The answer of a task nobody waits for any more is dropped: read its outcome here so
+        # that asyncio does not report an exception as never retrieved.
+        if not task.cancelled():
+            task.exception()
+
+
+class _Expired:
+    """What a call that met its deadline inside its own task answers."""
+
+
+def _answer(task: asyncio.Task[_T | _Expired]) -> _T | _Expired | BaseException:
+    error = task.exception()
+    return error if error is not None else task.result()
+
+
+async def _run(fn: Callable[[], Awaitable[_T]], deadline: float) -> _T | _Expired:
+    with anyio.CancelScope(deadline=deadline):
+        return await fn()
+    return _Expired()
