@@ -147,3 +147,21 @@ def test_a_related_answer_holding_a_number_fails_closed(
 
     err = _replay_fails_closed_naming(_readdressed(root, receipt, "relations", numbered, tmp_path), root, capsys)
     assert "holds no related answer (a JSON object of lists of strings)" in err
+
+
+def test_a_consistent_forgery_is_refused(
+    retained_run: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scan artifact altered, stored under its new digest and listed in an edited receipt
+    passes every artifact's own hash; the lineage id, recomputed from the responses, does not
+    (it replayed with exit 0, naming the original live lineage)."""
+    root, receipt = retained_run
+
+    def altered(art: dict[str, Any]) -> None:
+        art["retrieved_at"] = "2020-01-01T00:00:00.000000Z"
+
+    receipt_file = _readdressed(root, receipt, "scan", altered, tmp_path)
+    code = main(["replay", str(receipt_file), "--retained", str(root), "--json"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and f"not those lineage {receipt['lineage']['id']} fetched" in err, err

@@ -43,6 +43,7 @@ from rsc import (
     ScanRequest,
     ScanResult,
     SnapshotMoved,
+    canonical_json,
     fingerprint,
     first_validation_error,
 )
@@ -214,6 +215,31 @@ def _answers(method: str, value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _check_lineage(
+    loaded: Sequence[tuple[str, dict[str, Any]]],
+    plan: dict[str, Any],
+    receipt: Receipt,
+    lineage: str | None,
+    root: Path,
+) -> None:
+    """A live lineage's id is the fingerprint of the responses it fetched (``RunRecorder.finish``):
+    recomputed from the artifacts, it refuses artifacts altered, re-addressed and listed in an
+    edited receipt (each artifact's own hash holds then; the lineage's does not)."""
+    fetched = sorted(
+        sha256_digest(canonical_json({k: v for k, v in art.items() if k not in ("lineage", "plan")}))
+        for _, art in loaded
+        if art.get("kind") == "scan"
+    )
+    basis: dict[str, Any] = {"plan": receipt.fingerprints.plan, "mode": "live", "fetched": fetched}
+    basis["retained_at"] = plan.get("created_at")
+    if fingerprint(basis) != lineage:
+        raise ArtifactTampered(
+            f"the retained responses are not those lineage {lineage} fetched (their fingerprint is "
+            f"{fingerprint(basis)}); an artifact was replaced and the receipt edited to match",
+            where=str(root),
+        )
+
+
 @dataclass
 class ReplaySession:
     """Everything replay needs, loaded from the retention directory and verified."""
@@ -253,6 +279,7 @@ class ReplaySession:
             )
         digest, art = plans[0]
         where = str(artifact_path(root, digest))
+        _check_lineage(loaded, art, receipt, lineage, root)
         try:
             plan = LogicalPlan.model_validate(art["logical"])
             explain = Explain.model_validate(art["explain"])
