@@ -103,6 +103,15 @@ class Adapter(ABC):
         than a thread hop; an adapter whose generation needs network I/O overrides this."""
         return self.generation()
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        """Whether ``generation()`` is a read of local files this adapter already holds open (a
+        ``stat``, a small metadata file) that never waits on anything else. The engine then reads
+        it inline, without a task and a bound of its own; every other generation (a network
+        round trip, anything that may block) is read as its own bounded task, so that it never
+        holds another backend's read nor the run. The default, ``False``, is the safe answer."""
+        return False
+
     def pinned(self, generation: str) -> Adapter:
         """This backend held at ``generation`` for one run: every scan of the returned adapter
         reads that snapshot and its hits carry that generation, whatever commits land meanwhile.

@@ -57,6 +57,10 @@ class NamedInstance(Adapter):
     async def current_generation(self) -> str:
         return await self.inner.current_generation()
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        return self.inner.reads_generation_inline
+
     def pinned(self, generation: str) -> Adapter:
         return NamedInstance(self.inner.pinned(generation), self.backend)
 

@@ -10,7 +10,7 @@ and promises what a fresh engine over the same snapshots does.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
 
@@ -116,16 +116,41 @@ class BackendFacts:
         within ``bound`` seconds and none past ``deadline`` (a ``time.monotonic`` instant). A
         generation that cannot be read in time, or whose read fails, is ``unknown``: never a cache
         hit, and that backend's legs say so. A read that does not answer is left behind
-        (``race.run.detached``): one backend never holds another's read, nor the run."""
-        limits = [bound] if bound is not None else []
-        if deadline is not None:
-            limits.append(deadline - time.monotonic())
-        reads = {name: adapter.current_generation for name, adapter in self.adapters.items()}
-        found = await self.call_pool.settle(reads, max(min(limits), 0.0) if limits else None)
-        return {
-            name: answer if answered and isinstance(answer, str) else UNKNOWN_GENERATION
-            for name, (answered, answer) in found.items()
-        }
+        (``race.run.detached``): one backend never holds another's read, nor the run.
+
+        A generation read from local files the adapter holds open (``reads_generation_inline``:
+        a ``stat`` or two) is read inline, with no task of its own: a task costs more than the
+        read. Every other one (a remote's round trip) is its own bounded task, as above."""
+        inline, reads = self._generation_reads()
+        out: dict[str, str] = {}
+        for name, adapter in inline:
+            if deadline is not None and deadline <= time.monotonic():
+                out[name] = UNKNOWN_GENERATION  # no time left to read anything
+                continue
+            try:
+                found = adapter.generation()
+            except Exception:
+                found = UNKNOWN_GENERATION  # unreadable now: that backend's legs say so
+            out[name] = found if isinstance(found, str) else UNKNOWN_GENERATION
+        if reads:
+            limits = [bound] if bound is not None else []
+            if deadline is not None:
+                limits.append(deadline - time.monotonic())
+            found_all = await self.call_pool.settle(reads, max(min(limits), 0.0) if limits else None)
+            for name, (answered, answer) in found_all.items():
+                out[name] = answer if answered and isinstance(answer, str) else UNKNOWN_GENERATION
+        return {name: out[name] for name in self.adapters}
+
+    def _generation_reads(self) -> tuple[list[tuple[str, Adapter]], dict[str, Callable[[], Awaitable[str]]]]:
+        """The adapters whose generation is read inline, and the reads that run as tasks."""
+        inline: list[tuple[str, Adapter]] = []
+        reads: dict[str, Callable[[], Awaitable[str]]] = {}
+        for name, adapter in self.adapters.items():
+            if adapter.reads_generation_inline:
+                inline.append((name, adapter))
+            else:
+                reads[name] = adapter.current_generation
+        return inline, reads
 
     def statistics(self, generations: Mapping[str, str] | None = None) -> Statistics:
         """The statistics plans are costed with: the ones given to the engine, or else what the

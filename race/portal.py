@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 _R = TypeVar("_R")
 
@@ -37,20 +37,45 @@ class LoopThread:
 
     def call(self, make: Callable[[], Awaitable[_R]]) -> _R:
         """Run the coroutine ``make()`` returns on the loop and wait for its result. An interrupt
-        of the waiting thread (Ctrl-C) cancels the coroutine."""
+        of the waiting thread (Ctrl-C) cancels the coroutine.
+
+        The hand-off is the least a thread switch allows: one ``call_soon_threadsafe`` wakes the
+        loop, the task hands its outcome over and releases a plain lock the caller waits on, from
+        inside its own last step (no concurrent future, no done callback, no turn of the loop
+        after the task ends)."""
         if self._thread is not None and threading.current_thread() is self._thread:
             raise RuntimeError("a *_sync call from the engine's own loop would wait for itself: await the call")
         loop = self._started()
+        done = threading.Lock()
+        done.acquire()
+        outcome: list[Any] = []  # [task], then [task, True, result] or [task, False, exception]
 
-        async def main() -> _R:
-            return await make()
+        async def main() -> None:
+            try:
+                outcome.extend((True, await make()))
+            except asyncio.CancelledError as exc:
+                outcome.extend((False, exc))
+                raise
+            except BaseException as exc:  # handed to the caller, raised there
+                outcome.extend((False, exc))
+            finally:
+                done.release()
 
-        future = asyncio.run_coroutine_threadsafe(main(), loop)
+        loop.call_soon_threadsafe(lambda: outcome.append(loop.create_task(main())))
         try:
-            return future.result()
+            done.acquire()
         except BaseException:
-            future.cancel()
+            # The task was made before this callback runs (callbacks run in order).
+            loop.call_soon_threadsafe(lambda: outcome[0].cancel())
             raise
+        if outcome[1]:
+            return cast(_R, outcome[2])
+        error: BaseException | None = outcome[2]
+        outcome.clear()
+        try:
+            raise cast(BaseException, error)
+        finally:
+            error = None  # no cycle through the traceback
 
     def stop(self) -> None:
         """Stop the loop (safe from any thread, twice, or before it started)."""

@@ -115,6 +115,10 @@ class GraphAdapter(Adapter):
         """The networkx graph of the current snapshot (read-only by agreement)."""
         return self._current().graph
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        return True  # a stat of graph.json
+
     def generation(self) -> str:
         """The generation of ``graph.json`` as it is now; a rebuilt file is loaded first."""
         return self._current().generation

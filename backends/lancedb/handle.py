@@ -185,6 +185,10 @@ class LanceIndex(Adapter):
 
         return read_calibration(self._path)
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        return True  # stats of the manifest, the facts file and _versions/
+
     def generation(self) -> str:
         if self._held is not None:
             return self._held[0]

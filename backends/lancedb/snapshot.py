@@ -177,6 +177,10 @@ class LanceSnapshots(Adapter):
         except Exception:
             return UNKNOWN_GENERATION
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        return True  # two system calls on the table's own directory
+
     def generation(self) -> str:
         """Table version, rows inside/outside the ANN index, and the embedder's fingerprint.
 

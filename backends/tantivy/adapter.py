@@ -166,6 +166,10 @@ class TantivyAdapter(Adapter):
     def identity(self) -> str:
         return f"tantivy:{self._current().corpus_revision}"
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        return True  # a stat of meta.json, read again only when it changed
+
     def generation(self) -> str:
         """The index id, opstamp, segment ids and their delete counts of the state the reader holds.
 

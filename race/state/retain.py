@@ -138,6 +138,10 @@ class Delegate(Adapter):
     async def current_generation(self) -> str:
         return await self.inner.current_generation() if self.inner is not None else "replay"
 
+    @property
+    def reads_generation_inline(self) -> bool:
+        return self.inner.reads_generation_inline if self.inner is not None else True
+
     def statistics(self) -> BackendStatistics:
         return self.inner.statistics() if self.inner is not None else BackendStatistics(backend=self.backend, rows=0)
 
