@@ -8,6 +8,7 @@ code but in the RSC files under ``<adapter package>/rsc/*.json``.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,15 +44,29 @@ UNKNOWN_GENERATION: Final = "unknown"
 
 _R = TypeVar("_R")
 
+_log = logging.getLogger(__name__)
+
 
 async def blocking(fn: Callable[..., _R], *args: Any) -> _R:
     """``fn(*args)`` on a worker thread, abandoned when the caller is cancelled.
 
     A leg's deadline must win over a backend call that does not return (I7, I17): on
     cancellation the caller moves on at once and whatever the thread answers later is
-    discarded. Every adapter runs its blocking work through here.
+    discarded. Every adapter runs its blocking work through here. A call left behind on its
+    thread is a WARNING of ``backends.base``.
     """
-    return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+    try:
+        return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        _log.warning("%s left behind on its worker thread: the caller stopped waiting", _call_name(fn))
+        raise
+
+
+def _call_name(fn: Callable[..., object]) -> str:
+    owner = getattr(fn, "__self__", None)
+    backend = getattr(owner, "backend", None)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{backend} {name}" if isinstance(backend, str) else str(name)
 
 
 def load_contracts_beside(package_file: str) -> tuple[Contract, ...]:
@@ -134,7 +149,19 @@ class Adapter(ABC):
     def gap(
         self, request: ScanRequest, kind: GapKind, detail: str, severity: GapSeverity = GapSeverity.SHORTFALL
     ) -> Gap:
-        """A gap this backend observed while answering ``request``."""
+        """A gap this backend observed while answering ``request``: a degraded read, logged by
+        ``backends.base`` (a shortfall at WARNING, a caveat at DEBUG)."""
+        level = logging.WARNING if severity is GapSeverity.SHORTFALL else logging.DEBUG
+        if _log.isEnabledFor(level):
+            _log.log(
+                level,
+                "%s %s %s: degraded read, %s: %s",
+                self.backend,
+                request.rsc_id,
+                request.obligation,
+                kind.value,
+                detail,
+            )
         return Gap(kind=kind, obligation=request.obligation, backend=self.backend, detail=detail, severity=severity)
 
     def warm(self, modes: frozenset[str] | None = None) -> None:

@@ -8,6 +8,7 @@ gives the same explain bytes.
 from __future__ import annotations
 
 import heapq
+import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 
@@ -31,6 +32,8 @@ from rsc import (
 )
 
 EXPLAIN_SCHEMA_VERSION = "race.explain/1"
+
+_log = logging.getLogger(__name__)
 
 
 class Fingerprints(Record):
@@ -336,7 +339,7 @@ def compile_plan(
     assert physical is not None
     logical_fp = logical_fingerprint(plan)
     plan_fp, contract_fp, generations = plan_fingerprint(plan, usable, backend_generations, logical=logical_fp)
-    return Explain(
+    explain = Explain(
         fingerprints=Fingerprints(
             plan=plan_fp,
             logical=logical_fp,
@@ -359,3 +362,27 @@ def compile_plan(
             memo_limited=tuple(sorted(memo_limited)),
         ),
     )
+    if _log.isEnabledFor(logging.DEBUG):
+        _log_choices(explain)
+    return explain
+
+
+def _log_choices(explain: Explain) -> None:
+    """DEBUG records of ``planner.optimizer``: per obligation, the alternative chosen and why
+    each other one was not (its reasons, or its cost), with the plan fingerprint."""
+    for group in explain.groups:
+        if not group.kind.startswith("obligation"):
+            continue
+        best = next((a for a in group.alternatives if a.chosen), None)
+        chosen = (
+            f"{_described(best)} ({best.cost:g} ms, reach {best.reach.value})" if best else "nothing: unsatisfiable"
+        )
+        others = [
+            f"{_described(a)}: {', '.join(a.rejected_because) or f'costlier ({a.cost:g} ms)'}"
+            for a in group.alternatives
+            if not a.chosen
+        ]
+        rejected = "; ".join(others + list(group.pruned)) or "no other alternative"
+        _log.debug(
+            "plan %s: obligation %s chose %s; rejected %s", explain.fingerprints.plan, group.logical, chosen, rejected
+        )

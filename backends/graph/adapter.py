@@ -11,8 +11,10 @@ the origin component of each document (I13) and one-relation joins.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -56,6 +58,8 @@ from rsc import (
     ScanResult,
 )
 
+_log = logging.getLogger(__name__)
+
 _DIRECTIONS: tuple[Direction, ...] = ("out", "in", "both")
 
 
@@ -89,12 +93,15 @@ class GraphAdapter(Adapter):
 
     @classmethod
     def open(cls, index_dir: Path) -> Self:
+        started = time.perf_counter()
         path = index_dir / cls.backend / GRAPH_FILE
         stamp = _stamp(path) if path.is_file() else None
         graph, generation, revision = read_graph(path)
         adapter = cls(_Snapshot(graph, generation, revision, stamp), path=path)
         adapter.generated_contracts = read_contracts(path.parent)
         adapter.corpus_schema = read_schema(path.parent)
+        ms, nodes = (time.perf_counter() - started) * 1e3, graph.number_of_nodes()
+        _log.debug("graph %s read in %.1f ms: %d nodes, %d edges", path, ms, nodes, graph.number_of_edges())
         return adapter
 
     @classmethod

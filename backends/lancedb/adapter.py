@@ -22,7 +22,9 @@ counts and the embedder. A run pins it by checking that version out (``pinned``)
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Self
@@ -74,6 +76,8 @@ from rsc import (
     ScanResult,
     fingerprint,
 )
+
+_log = logging.getLogger(__name__)
 
 _COUNTED_TYPES: Final = frozenset(
     {FieldType.KEYWORD, FieldType.KEYWORDS, FieldType.DATE, FieldType.INTEGER, FieldType.BOOLEAN}
@@ -128,6 +132,7 @@ class LanceAdapter(LanceSnapshots):
 
     @classmethod
     def open(cls, index_dir: Path, *, embedder: Embedder | None = None) -> Self:
+        started = time.perf_counter()
         path = index_dir / cls.backend
         manifest, _ = read_lance_manifest(path)
         built_with = EmbedderIdentity.model_validate(manifest["embedder"])
@@ -140,6 +145,8 @@ class LanceAdapter(LanceSnapshots):
         adapter._exact.build(adapter.snapshot().table)
         adapter.generated_contracts = read_contracts(path)
         adapter.corpus_schema = adapter._corpus_schema
+        ms = (time.perf_counter() - started) * 1e3
+        _log.debug("lancedb %s: table opened and its exact matrix mapped in %.1f ms", path, ms)
         return adapter
 
     @property

@@ -19,8 +19,10 @@ once; see ``LanceSnapshots.generation``).
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -60,6 +62,8 @@ from rsc import (
     ScanResult,
     fingerprint,
 )
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from backends.lancedb.adapter import LanceAdapter
@@ -111,11 +115,14 @@ class LanceIndex(Adapter):
 
     @classmethod
     def open(cls, index_dir: Path, *, embedder: Embedder | None = None) -> Self:
+        started = time.perf_counter()
         path = index_dir / cls.backend
         manifest, stamp = read_lance_manifest(path)
         handle = cls(path, manifest, stamp, embedder)
         handle.generated_contracts = read_contracts(path)
         handle.corpus_schema = schema_of(manifest)
+        ms = (time.perf_counter() - started) * 1e3
+        _log.debug("lancedb %s: manifest read in %.1f ms (the table opens at its first use)", path, ms)
         return handle
 
     def adapter(self) -> LanceAdapter:
@@ -259,6 +266,12 @@ class LanceIndex(Adapter):
     # -- scans: the exact matrix from its files, the rest from the table ------------------------
 
     def warm(self, modes: frozenset[str] | None = None) -> None:
+        started = time.perf_counter()
+        self._warm(modes)
+        ms = (time.perf_counter() - started) * 1e3
+        _log.debug("lancedb %s: set-up for %s in %.1f ms", self._path, sorted(modes) if modes else "every mode", ms)
+
+    def _warm(self, modes: frozenset[str] | None) -> None:
         if modes is not None and modes <= {MODE_EXACT} and self._real is None:
             # Exact scans only: the matrix of the latest version and the model, without the table.
             facts = self._latest_facts()

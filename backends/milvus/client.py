@@ -3,6 +3,7 @@ client errors into RACE errors (``BackendUnavailable`` / ``BackendTimeout``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,8 @@ from pymilvus.client.types import Status
 
 from backends.ingest.schema import FieldType
 from rsc import BackendTimeout, BackendUnavailable
+
+_log = logging.getLogger(__name__)
 
 MANIFEST: Final = "race.json"
 DEFAULT_COLLECTION: Final = "race_chunks"
@@ -107,6 +110,7 @@ def connect(uri: str, timeout: float) -> MilvusClient:
     except MilvusException as exc:
         if exc.code != Status.CONNECT_FAILED:
             raise
+        _log.warning("milvus %s: the connection failed (%s); reconnecting once", uri, exc)
         return MilvusClient(uri, timeout=timeout)
 
 

