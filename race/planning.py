@@ -99,7 +99,7 @@ class Planning(BackendFacts):
         with span("race.plan", where=where, cache_hit=cached is not None) as traced:
             explain = cached if cached is not None else self._compile(plan, generations, where, key)
             traced.set(fingerprint=explain.fingerprints.plan, physical=explain.fingerprints.physical)
-        _log.debug("plan %s %s: %s", where, explain.fingerprints.plan, "cache hit" if cached else "compiled")
+        _log.debug("%s: plan %s %s", where, explain.fingerprints.plan, "cache hit" if cached else "compiled")
         return explain, cached is not None
 
     def _plan_key(self, plan: LogicalPlan, generations: Mapping[str, str]) -> Any:

@@ -2,10 +2,11 @@
 scans and generation reads, made on first use and kept (with its open connections) until
 ``aclose``, plus one ``httpx.Client`` for the blocking reads (handshake, ``generation()``).
 
-An ``AsyncClient``'s connections belong to the event loop they were opened on. Code that
-runs each call on a fresh loop (``Engine.run_sync`` calls ``anyio.run``) gets a client per
-loop: each is reused by every request made on its loop, and one whose loop has ended is
-dropped at the next request (its sockets close as it is collected). ``aclose`` closes the client
+An ``AsyncClient``'s connections belong to the event loop they were opened on. An engine's
+``*_sync`` calls all run on its one loop, so they share one client; code that drives the
+adapter from several loops (one ``asyncio.run`` per call) gets a client per loop: each is
+reused by every request made on its loop, and one whose loop has ended is dropped at the
+next request (its sockets close as it is collected). ``aclose`` closes the client
 of the loop it runs on and drops the others.
 """
 
