@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from backends.base import (
     UNKNOWN_GENERATION,
@@ -43,7 +43,7 @@ from backends.graph.store import (
     write_schema,
 )
 from backends.graph.traverse import Direction, Reach, bounded_reach
-from backends.ingest.corpus import EDGE_RELATIONS, METADATA_FIELDS, Corpus
+from backends.ingest.schema import EDGE_RELATIONS, METADATA_FIELDS
 from rsc import (
     BackendStatistics,
     BackendUnavailable,
@@ -57,6 +57,9 @@ from rsc import (
     ScanRequest,
     ScanResult,
 )
+
+if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
 
 _log = logging.getLogger(__name__)
 
@@ -119,8 +122,9 @@ class GraphAdapter(Adapter):
 
     @property
     def graph(self) -> Any:
-        """The networkx graph of the current snapshot (read-only by agreement)."""
-        return self._current().graph
+        """The networkx graph of the current snapshot (read-only by agreement), made on first use:
+        scans read the snapshot's plain adjacency (``backends.graph.adjacency``) instead."""
+        return self._current().networkx
 
     @property
     def reads_generation_inline(self) -> bool:

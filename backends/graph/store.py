@@ -1,5 +1,8 @@
 """The graph index: its layout as a networkx MultiDiGraph, its file form, and its generations.
 
+An index opens ``graph.json`` into an ``Adjacency`` (``backends.graph.adjacency``), the same
+layout in plain dicts, without importing networkx; building and updating use networkx.
+
 Layout. Document nodes are keyed by doc id and carry ``kind="document"``, the document's
 ``metadata``, its ``chunks`` (chunk ids in order) and the custody fields of its first
 chunk (``title``, ``text``, ``source_path``, line and character span, ``source_hash``).
@@ -23,14 +26,15 @@ import tempfile
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from backends.base import Progress
-from backends.ingest.corpus import EDGE_RELATIONS, Corpus
-from backends.ingest.schema import CorpusSchema, RelationRole, default_schema
+from backends.graph.adjacency import Adjacency, as_networkx
+from backends.ingest.schema import EDGE_RELATIONS, CorpusSchema, RelationRole, default_schema
 from rsc import IndexMissingError, canonical_json, fingerprint
+
+if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
 
 GRAPH_FILE = "graph.json"
 SCHEMA_FILE = "schema.json"
@@ -51,6 +55,8 @@ _DOCUMENT_FIELDS = ("title", "text", "source_path", "line_start", "line_end", "c
 
 def graph_from_corpus(corpus: Corpus, progress: Progress | None = None) -> Any:
     """The MultiDiGraph of a corpus, with edge and entity custody pointing into its edges file."""
+    import networkx as nx
+
     lines, source = _edge_lines(corpus)
     graph = nx.MultiDiGraph()
     graph.graph["edges_source"] = source
@@ -211,7 +217,9 @@ def read_schema(folder: Path) -> CorpusSchema:
 
 def check_graph(graph: Any) -> None:
     """Refuse a graph that does not follow the layout (used for graphs handed in from memory)."""
-    if not isinstance(graph, nx.MultiDiGraph):
+    import networkx as nx
+
+    if not isinstance(graph, nx.MultiDiGraph | Adjacency):
         raise TypeError("the graph backend needs a networkx MultiDiGraph")
     source = graph.graph.get("edges_source")
     if not (
@@ -324,8 +332,9 @@ def write_graph(graph: Any, folder: Path, *, corpus_revision: str) -> str:
     return generation
 
 
-def read_graph(path: Path) -> tuple[Any, str, str]:
-    """The graph in ``path``, its generation and corpus revision; a bad file is an IndexMissingError."""
+def read_graph(path: Path) -> tuple[Adjacency, str, str]:
+    """The graph in ``path`` (an ``Adjacency``), its generation and corpus revision; a bad file
+    is an IndexMissingError."""
     try:
         document = json.loads(path.read_bytes())
     except FileNotFoundError as exc:
@@ -334,7 +343,7 @@ def read_graph(path: Path) -> tuple[Any, str, str]:
         raise IndexMissingError(f"unreadable graph index ({exc}); rebuild it", where=str(path)) from exc
     if not isinstance(document, dict) or document.get("schema_version") != GRAPH_SCHEMA_VERSION:
         raise IndexMissingError(f"graph index is not {GRAPH_SCHEMA_VERSION}; rebuild it", where=str(path))
-    graph = nx.MultiDiGraph()
+    graph = Adjacency()
     graph.graph["edges_source"] = document["edges_source"]
     _describe(graph, read_schema(path.parent))
     for row in document["nodes"]:
@@ -342,7 +351,8 @@ def read_graph(path: Path) -> tuple[Any, str, str]:
         if "chunks" in attrs:
             attrs["chunks"] = tuple(attrs["chunks"])
         graph.add_node(row["id"], **attrs)
-    graph.add_edges_from((e["src"], e["dst"], e["relation"], {"line": e["line"]}) for e in document["edges"])
+    for e in document["edges"]:
+        graph.add_edge(e["src"], e["dst"], e["relation"], line=e["line"])
     generation = generation_of(graph)
     if generation != document.get("generation"):
         raise IndexMissingError(
@@ -363,6 +373,11 @@ class _Snapshot:
         source = graph.graph["edges_source"]
         self.edges_path = str(source["path"])
         self.edges_hash = str(source["source_hash"])
+
+    @cached_property
+    def networkx(self) -> Any:
+        """The graph as a networkx MultiDiGraph, made on first use (scans never need it)."""
+        return as_networkx(self.graph)
 
     @cached_property
     def origins(self) -> dict[str, str]:

@@ -28,15 +28,11 @@ from pydantic import Field, ValidationError
 from backends.ingest.chunking import TokenCounter, fit, sections
 from backends.ingest.files import Ingest, Skipped, jsonl_lines, path_id, read_file, reason_words, scan_folder
 from backends.ingest.formats import html_text, rst_title
+from backends.ingest.schema import EDGE_RELATIONS as EDGE_RELATIONS
+from backends.ingest.schema import METADATA_FIELDS as METADATA_FIELDS
 from backends.ingest.schema import CorpusSchema, FieldSpec, FieldType, default_schema, load_schema, schema_path
 from rsc import CorpusError, Record, fingerprint, first_validation_error
 from rsc.records import MetadataValue
-
-METADATA_FIELDS: tuple[str, ...] = ("doc_type", "date", "component", "version", "authority", "status")
-"""The metadata fields of the default schema (the bundled corpus's), besides ``doc_id``."""
-
-EDGE_RELATIONS: tuple[str, ...] = ("cites", "supersedes", "derived_from", "mentions", "depends_on")
-"""The relations of the default schema."""
 
 PATH_FIELD = "path"
 """The field a folder without a schema gets: each file's path in the corpus."""

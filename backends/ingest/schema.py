@@ -36,6 +36,12 @@ from backends.ingest.values import parse_date as parse_date
 from backends.ingest.values import parse_datetime as parse_datetime
 from rsc import CorpusError, Filter, FilterOp, PlanError, Record, fingerprint, first_validation_error
 
+METADATA_FIELDS: tuple[str, ...] = ("doc_type", "date", "component", "version", "authority", "status")
+"""The metadata fields of the default schema (the bundled corpus's), besides ``doc_id``."""
+
+EDGE_RELATIONS: tuple[str, ...] = ("cites", "supersedes", "derived_from", "mentions", "depends_on")
+"""The relations of the default schema."""
+
 SCHEMA_VERSION = "race.schema/1"
 SCHEMA_FILES = ("schema.json", "schema.toml")
 

@@ -163,10 +163,12 @@ def _update_lance(
 def _update_graph(corpus: Corpus, staging: Path, stale: list[str], fresh: list[str]) -> str:
     from backends.generated import generate_contracts, write_contracts
     from backends.graph import GraphAdapter
+    from backends.graph.adjacency import as_networkx
     from backends.graph.store import GRAPH_FILE, read_graph, update_graph, write_graph, write_schema
 
     folder = staging / GraphAdapter.backend
-    graph, _, _ = read_graph(folder / GRAPH_FILE)
+    read, _, _ = read_graph(folder / GRAPH_FILE)
+    graph = as_networkx(read)  # updated in place: networkx's own mutators
     update_graph(graph, corpus, stale=stale, fresh=fresh)
     write_schema(folder, corpus.corpus_schema)
     write_contracts(folder, generate_contracts(GraphAdapter.contracts(), corpus.corpus_schema))
