@@ -12,12 +12,11 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Final, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeVar
 
 import anyio.to_thread
 from pydantic import TypeAdapter
 
-from backends.ingest.corpus import Corpus
 from backends.ingest.schema import CorpusSchema
 from rsc import (
     BackendStatistics,
@@ -35,6 +34,9 @@ from rsc import (
     fingerprint,
     load_contract,
 )
+
+if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while an index is built."""

@@ -13,11 +13,13 @@ the scores, the hits' sources and the generations are the adapter's own.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from backends.base import Adapter, Progress, request_fingerprint
-from backends.ingest.corpus import Corpus
 from rsc import BackendStatistics, BackendUnavailable, Calibration, Contract, ScanRequest, ScanResult
+
+if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
 
 
 def renamed(contract: Contract, name: str) -> Contract:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import lancedb
 import numpy as np
@@ -40,7 +40,6 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
-from backends.ingest.corpus import Corpus
 from backends.ingest.schema import FieldType
 from backends.lancedb.build import build_table, with_embedder
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
@@ -76,6 +75,9 @@ from rsc import (
     ScanResult,
     fingerprint,
 )
+
+if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
 
 _log = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ import orjson
 
 from backends.base import Adapter, Progress, blocking, load_contracts_beside
 from backends.generated import read_contracts, schema_of
-from backends.ingest.corpus import Corpus
 from backends.lancedb.manifest import (
     FACTS,
     MANIFEST,
@@ -66,6 +65,7 @@ from rsc import (
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
     from backends.lancedb.adapter import LanceAdapter
     from backends.lancedb.exact import ExactMatrix
     from backends.lancedb.matrix_store import MatrixStore

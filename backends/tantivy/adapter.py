@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 import tantivy
@@ -39,9 +39,7 @@ from backends.base import (
     load_contracts_beside,
 )
 from backends.generated import generate_contracts, read_contracts, schema_of, write_contracts
-from backends.ingest.corpus import Corpus
 from backends.ingest.schema import CorpusSchema
-from backends.tantivy.build import update_index, write_index
 from backends.tantivy.fields import ANALYZER, TEXT_FIELDS, _analyzer
 from backends.tantivy.fields import KEYWORD_FIELDS as KEYWORD_FIELDS
 from backends.tantivy.fields import date_number as date_number
@@ -60,6 +58,9 @@ from rsc import (
     fingerprint,
 )
 from rsc.canonical import read_json
+
+if TYPE_CHECKING:
+    from backends.ingest.corpus import Corpus
 
 _log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class TantivyAdapter(Adapter):
     @classmethod
     def build(cls, corpus: Corpus, index_dir: Path, progress: Progress | None = None) -> str:
         path = index_dir / cls.backend
+        from backends.tantivy.build import write_index  # the ingest code, needed only to build
+
         write_index(corpus, path, progress)
         write_contracts(path, generate_contracts(cls.contracts(), corpus.corpus_schema))
         return cls.open(index_dir).generation()
@@ -142,6 +145,8 @@ class TantivyAdapter(Adapter):
         """The index brought to ``corpus`` in place (``backends.tantivy.build.update_index``):
         the ``stale`` documents deleted by term, the ``fresh`` ones added; a new generation."""
         path = index_dir / cls.backend
+        from backends.tantivy.build import update_index
+
         update_index(corpus, path, progress, stale=stale, fresh=fresh)
         write_contracts(path, generate_contracts(cls.contracts(), corpus.corpus_schema))
         return cls.open(index_dir).generation()

@@ -1,13 +1,22 @@
-"""The bundled fixture corpus, and its index cached under the user's cache directory."""
+"""The bundled fixture corpus, and its index cached under the user's cache directory.
+
+Whether the cached index is fresh is decided from a stamp beside it
+(``fixture-index.corpus.json``): a digest of the corpus files, of the code that reads them
+into a corpus (``backends/ingest``) and of the RACE version. A matching stamp opens the cached
+index without importing the ingest and indexing modules (a cold ``race run --index bundled``
+pays for neither); a missing or stale stamp checks the index as before, rebuilds it when the
+corpus changed, and writes the stamp afresh.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from pathlib import Path
 
-from backends import LOCAL_ADAPTERS
-from race.indexing.indexing import build_index, read_manifest
+from race.version import __version__
 
 
 def _fixtures() -> Path:
@@ -21,6 +30,9 @@ def _fixtures() -> Path:
 FIXTURES = _fixtures()
 BUNDLED_CORPUS = FIXTURES / "corpus"
 SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
+STAMP_SCHEMA = "race.fixture-index-stamp/1"
+_INGEST_CODE = Path(__file__).resolve().parents[2] / "backends" / "ingest"
+"""The code that turns the corpus files into a corpus: part of what the stamp is of."""
 
 
 def default_cache_dir() -> Path:
@@ -34,14 +46,63 @@ def bundled_index_dir(cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / "fixture-index"
 
 
+def stamp_path(index_dir: Path) -> Path:
+    """The stamp beside a cached index: ``fixture-index`` -> ``fixture-index.corpus.json``."""
+    return index_dir.with_name(index_dir.name + ".corpus.json")
+
+
+def _tree_digest(root: Path, pattern: str) -> str:
+    """sha256 over the files under ``root`` matching ``pattern``: relative paths and bytes, in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob(pattern) if p.is_file() and "__pycache__" not in p.parts):
+        name = path.relative_to(root).as_posix().encode("utf-8")
+        data = path.read_bytes()
+        digest.update(b"%d:%s%d:" % (len(name), name, len(data)))
+        digest.update(data)
+    return "sha256:" + digest.hexdigest()
+
+
+def corpus_stamp(corpus: Path = BUNDLED_CORPUS) -> dict[str, str]:
+    """What a cached index of ``corpus`` is fresh for: its files, the ingest code, the version."""
+    return {
+        "schema_version": STAMP_SCHEMA,
+        "corpus_files": _tree_digest(corpus, "*"),
+        "corpus_code": _tree_digest(_INGEST_CODE, "*.py"),
+        "race_version": __version__,
+    }
+
+
+def _stamp_matches(target: Path, stamp: dict[str, str]) -> bool:
+    try:
+        recorded = json.loads(stamp_path(target).read_bytes())
+    except (OSError, ValueError):
+        return False
+    from race.indexing.indexing import MANIFEST
+
+    return bool(recorded == stamp and (target / MANIFEST).is_file())
+
+
+def _write_stamp(target: Path, stamp: dict[str, str]) -> None:
+    path = stamp_path(target)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(stamp, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -> Path:
     """The bundled fixture corpus indexed into the cache dir; rebuilt when the corpus changed."""
-    from backends import load_corpus
-
     target = bundled_index_dir(cache_dir)
+    stamp = corpus_stamp()
+    if _stamp_matches(target, stamp):
+        return target
+    from backends import load_corpus
+    from race.indexing.indexing import build_index, read_manifest
+
+    stamp_path(target).unlink(missing_ok=True)  # a build killed half-way leaves no stamp
     revision = load_corpus(BUNDLED_CORPUS).revision
     try:
         if read_manifest(target).get("corpus_revision") == revision and _complete(target):
+            _write_stamp(target, stamp)
             return target
     except Exception:
         pass
@@ -49,6 +110,7 @@ def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -
         print(f"indexing the bundled fixture corpus into {target}", file=sys.stderr)
     # Without the embedding model the index is lexical only (a cold start), and the notice says so.
     build_index(BUNDLED_CORPUS, target, notice=None if quiet else _notice)
+    _write_stamp(target, stamp)
     return target
 
 
@@ -57,6 +119,9 @@ def _notice(text: str) -> None:
 
 
 def _complete(index_dir: Path) -> bool:
+    from backends import LOCAL_ADAPTERS
+    from race.indexing.indexing import read_manifest
+
     manifest = read_manifest(index_dir)
     built = manifest.get("backends")
     calibrated = (index_dir / "lancedb" / "calibration.json").exists()
