@@ -19,9 +19,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
 import orjson
 from pydantic import ValidationError
 
@@ -37,7 +36,11 @@ from rsc import (
 )
 from rsc.canonical import read_json
 
-Search = Callable[[Contract, npt.NDArray[np.float32], Filter | None, int], Sequence[str]]
+if TYPE_CHECKING:  # numpy is imported by a calibration, not by reading one (planning)
+    import numpy as np
+    import numpy.typing as npt
+
+Search = Callable[[Contract, "npt.NDArray[np.float32]", Filter | None, int], Sequence[str]]
 """``search(contract, query, filter, n)``: the chunk ids of the contract's native answer, best first."""
 
 CALIBRATION_FILE = "calibration.json"
@@ -72,6 +75,8 @@ def measure(
     """Every contract's recall@k over the rows ``ids`` (their filterable ``metas`` and stored
     ``vectors``), per selectivity bucket and per field. With ``disjoint_from``, no query row
     is one the calibration of that seed asked with: fresh queries, to check its promise."""
+    import numpy as np
+
     rows = len(ids)
     if rows < 2 or not contracts:
         return ()
@@ -180,6 +185,8 @@ def _bucket(label: str, groups: Sequence[Sequence[float]], k: int) -> RecallBuck
     below one step cannot be told from nothing by as many queries as measured it (a bucket
     whose one hit in 160 gave a bound of 0.0004 measured 0 on fresh queries in every training),
     so it promises nothing: 0."""
+    import numpy as np
+
     recalls = [r for group in groups for r in group]
     if not recalls:
         return None
@@ -198,6 +205,8 @@ class _Cases:
 
 def query_rows(metas: Sequence[dict[str, object]], rows: int, seed: int) -> frozenset[int]:
     """Every row the calibration seeded ``seed`` asks with."""
+    import numpy as np
+
     cases = _cases(metas, rows, np.random.default_rng(seed), frozenset())
     return frozenset([*cases.unfiltered, *(q for *_, queries in cases.filtered for q in queries)])
 
@@ -206,6 +215,8 @@ def _cases(metas: Sequence[dict[str, object]], rows: int, rng: np.random.Generat
     """Seeded query rows: unfiltered ones, and per keyword field a few values per bucket, each
     with query rows drawn from the whole table but ``exclude`` (a query need not match its own
     filter)."""
+    import numpy as np
+
     pool = np.setdiff1d(np.arange(rows), np.fromiter(exclude, dtype=np.int64)) if exclude else None
 
     def draw(n: int) -> list[int]:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
 
-from markdown_it import MarkdownIt
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 MAX_SECTION_LINES = 40
 TEXT_PARAGRAPH_LINES = 15
@@ -50,7 +53,12 @@ class Piece:
     char_end: int | None = None
 
 
-_MD = MarkdownIt("commonmark")
+@cache
+def _markdown() -> MarkdownIt:
+    """The commonmark parser, made at the first markdown body (a query embedding needs no parser)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark")
 
 
 def _structure(lines: Sequence[str], body_start: int) -> tuple[dict[int, str], set[int], set[int]]:
@@ -59,7 +67,7 @@ def _structure(lines: Sequence[str], body_start: int) -> tuple[dict[int, str], s
     headings: dict[int, str] = {}
     titles: set[int] = set()
     fenced: set[int] = set()
-    tokens = _MD.parse(body)
+    tokens = _markdown().parse(body)
     for n, token in enumerate(tokens):
         if token.map is None:
             continue

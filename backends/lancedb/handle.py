@@ -49,13 +49,11 @@ from backends.lancedb.query import (
     _split_filters,
     filter_sql,
 )
-from backends.models.embedding import Embedder, EmbedderIdentity
-from backends.models.folder import built_embedder
-from backends.models.queries import BuiltWith, QueryVectors
 from rsc import (
     BackendStatistics,
     Calibration,
     Contract,
+    EmbedderIdentity,
     IndexMissingError,
     ScanRequest,
     ScanResult,
@@ -64,11 +62,13 @@ from rsc import (
 
 _log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and the model's runtime are imported by the first vector leg
     from backends.ingest.corpus import Corpus
     from backends.lancedb.adapter import LanceAdapter
     from backends.lancedb.exact import ExactMatrix
     from backends.lancedb.matrix_store import MatrixStore
+    from backends.models.embedding import Embedder
+    from backends.models.queries import BuiltWith, QueryVectors
 
 
 class LanceIndex(Adapter):
@@ -155,6 +155,9 @@ class LanceIndex(Adapter):
             with self._lock:
                 queries = self._queries
                 if queries is None:
+                    from backends.models.folder import built_embedder
+                    from backends.models.queries import BuiltWith, QueryVectors
+
                     # One model object for this handle and the adapter it may open: loaded once.
                     self._embedder = self._embedder or built_embedder(self._manifest)
                     where = str(self._path)

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
-import numpy as np
-import numpy.typing as npt
-
 from backends.ingest.schema import CorpusSchema, FieldSpec, FieldType, datetime_micros, default_schema
 from rsc import BackendUnavailable, Filter, FilterOp, ScanRequest
 
 if TYPE_CHECKING:  # LanceDB is imported by the legs that read the table, not by the exact matrix
+    import numpy as np
+    import numpy.typing as npt
     from lancedb.query import LanceVectorQueryBuilder
     from lancedb.table import Table
 
@@ -77,6 +76,7 @@ def vector_query(
     columns: Sequence[str] | None = None,
 ) -> LanceVectorQueryBuilder:
     """The native LanceDB query for one physical mode; the benchmark measures this same query."""
+    import numpy as np
     from lancedb.query import LanceVectorQueryBuilder
 
     if mode not in MODES:

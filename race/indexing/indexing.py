@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends import LOCAL_ADAPTERS, Adapter, load_corpus
+from backends import LOCAL_ADAPTERS, Adapter
 from backends.ingest.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
 from rsc import Contract, IndexMissingError, InputError, StorageError, canonical_pretty, fingerprint
@@ -97,7 +97,7 @@ def load_for_index(
     """The corpus, validated in full, cut to the embedder's tokenizer where the model is
     installed (docs/invariants.md#gap-kinds, ``truncated_text``); and why the index gets no
     vector index (``None``: it gets one)."""
-    from backends.ingest.corpus import Chunking
+    from backends.ingest.corpus import Chunking, load_corpus
     from backends.models.embedding import token_counter
     from backends.models.folder import embedder_token_counter
 
