@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -158,7 +159,41 @@ def read_bert(
     error: type[RaceError] = ModelMissingError,
 ) -> _Bert:
     """The BERT of ``model_dir`` (``model.safetensors``, ``tokenizer.json``, ``config``), its
-    identity named ``name``; a defect is one ``error`` naming the folder and ``hint``."""
+    identity named ``name``; a defect is one ``error`` naming the folder and ``hint``.
+
+    The weights' sha256 (their identity) is hashed on a second thread while the tensors are
+    read and laid out: hashlib releases the GIL, so the two overlap."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-weights-sha256") as pool:
+        weights_sha256 = pool.submit(_sha256_file, model_dir / "model.safetensors")
+        return _read_bert(
+            model_dir,
+            config,
+            name=name,
+            max_tokens=max_tokens,
+            hint=hint,
+            pooling=pooling,
+            normalize=normalize,
+            config_sha256=config_sha256,
+            error=error,
+            weights_sha256=weights_sha256,
+        )
+
+
+def _read_bert(
+    model_dir: Path,
+    config: dict[str, Any],
+    *,
+    name: str,
+    max_tokens: int,
+    hint: str,
+    pooling: Literal["mean", "cls"],
+    normalize: bool,
+    config_sha256: str | None,
+    error: type[RaceError],
+    weights_sha256: Future[str],
+) -> _Bert:
     from safetensors.numpy import load_file
 
     started = time.perf_counter()
@@ -223,7 +258,7 @@ def read_bert(
         identity=EmbedderIdentity(
             name=name,
             dims=dims,
-            weights_sha256=_sha256_file(model_dir / "model.safetensors"),
+            weights_sha256=weights_sha256.result(),
             config_sha256=config_sha256,
         ),
         pooling=pooling,
