@@ -9,14 +9,13 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, cast
 
 import anyio
 
 from backends import Adapter
 from planner import Explain, LogicalPlan, PlanInput, plan_digest, plan_from_dict
 from planner.logical import plan_from_input
-from race.evaluation.batch import PlanFailure, run_many
 from race.evidence.tools import EvidenceTools
 from race.facts import SETUP_TIMEOUT_S
 from race.indexing.bundled import ensure_bundled_index
@@ -39,6 +38,9 @@ from race.state.retain import RunRecorder
 from race.state.snapshots import backends_read, modes_read, pin_snapshots
 from race.tracing import run_attributes, span
 from rsc import Contract, GapKind, InputError, most_specific
+
+if TYPE_CHECKING:  # batches are run on use (``run_many``), not on every run's path
+    from race.evaluation.batch import PlanFailure
 
 # A receipt with a gap that depends on timing, on a backend's health or on a snapshot that
 # moved under the run is never cached.
@@ -301,6 +303,8 @@ class Engine(Planning, EvidenceTools):
     async def run_many(self, plans: Sequence[PlanInput], *, concurrency: int = 4) -> list[Receipt | PlanFailure]:
         """Every plan's receipt (the same normalized bytes as ``run``) or its failure, in the
         order given, ``concurrency`` plans at once; one plan's failure never stops another."""
+        from race.evaluation.batch import run_many
+
         return await run_many(self, plans, concurrency=concurrency)
 
     async def evaluate(self, queries: Any, judgments: Any, **options: Any) -> Any:

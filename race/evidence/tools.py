@@ -7,10 +7,15 @@ cache or a retained artifact)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from race.evidence.cite import CiteReport, cite_answer, load_answer, load_packet
-from race.evidence.packet import DEFAULT_TOKENIZER, Packet, build_packet
-from race.receipt import Receipt
+if TYPE_CHECKING:  # imported at the first packet or citation, not with the engine
+    from race.evidence.cite import CiteReport
+    from race.evidence.packet import Packet
+    from race.receipt import Receipt
+
+DEFAULT_TOKENIZER = "all-MiniLM-L6-v2"
+"""``race.evidence.packet.DEFAULT_TOKENIZER``, here so that the engine's class needs no packet code."""
 
 
 def _corpus(corpus: Path | None) -> Path:
@@ -36,6 +41,8 @@ class EvidenceTools:
         """The context packet of ``receipt`` over ``corpus`` (default: the bundled corpus) within
         the budgets, its passages numbered 1 to n: ``race context --json``
         (``race.evidence.packet.build_packet``)."""
+        from race.evidence.packet import build_packet
+
         return build_packet(receipt, _corpus(corpus), max_chars=max_chars, max_tokens=max_tokens, tokenizer=tokenizer)
 
     @staticmethod
@@ -50,6 +57,8 @@ class EvidenceTools:
         packet file) and read again from ``corpus`` (default: the bundled corpus), and the
         sentences that cite nothing: ``race cite --json`` (``race.evidence.cite.cite_answer``).
         With ``packet_fingerprint``, a packet whose fingerprint differs is refused (``InputError``)."""
+        from race.evidence.cite import cite_answer, load_answer, load_packet
+
         where = str(packet) if isinstance(packet, Path) else "packet"
         loaded = load_packet(packet) if isinstance(packet, Path) else packet
         text = load_answer(answer) if isinstance(answer, Path) else answer
