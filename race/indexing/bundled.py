@@ -62,7 +62,7 @@ def _tree_digest(root: Path, pattern: str) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def corpus_stamp(corpus: Path = BUNDLED_CORPUS) -> dict[str, str]:
+def corpus_stamp(corpus: Path) -> dict[str, str]:
     """What a cached index of ``corpus`` is fresh for: its files, the ingest code, the version."""
     return {
         "schema_version": STAMP_SCHEMA,
@@ -92,7 +92,7 @@ def _write_stamp(target: Path, stamp: dict[str, str]) -> None:
 def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -> Path:
     """The bundled fixture corpus indexed into the cache dir; rebuilt when the corpus changed."""
     target = bundled_index_dir(cache_dir)
-    stamp = corpus_stamp()
+    stamp = corpus_stamp(BUNDLED_CORPUS)
     if _stamp_matches(target, stamp):
         return target
     from backends import load_corpus

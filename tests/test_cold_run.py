@@ -1,0 +1,141 @@
+"""A cold `race run` of a lexical plan against the bundled index imports no vector, graph or
+remote library and no corpus loader, and prints the bytes a warm in-process run prints; the
+bundled index's stamp opens it while the corpus is unchanged and rebuilds it once it changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import race.indexing.bundled as bundled
+import race.indexing.indexing as indexing
+from race.cli.main import main
+from tests.conftest import FIXTURES, roomy_plan
+
+NOT_ON_THE_LEXICAL_PATH = (
+    "networkx",
+    "numpy",
+    "lancedb",
+    "pyarrow",
+    "tokenizers",
+    "safetensors",
+    "httpx",
+    "backends.ingest.corpus",
+    "markdown_it",
+    "yaml",
+)
+
+# Runs `race` in a fresh interpreter; prints its stdout and which of the named modules it imported.
+_PROBE = """
+import contextlib, io, json, sys
+from race.cli.main import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(json.loads(sys.argv[1]))
+loaded = sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)
+print(json.dumps({"code": code, "stdout": out.getvalue(), "imported": loaded}))
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache dir holding the session's bundled index, checked once (which writes its stamp)."""
+    folder = tmp_path_factory.mktemp("cache")
+    shutil.copytree(index_dir, bundled.bundled_index_dir(folder))
+    bundled.ensure_bundled_index(folder)
+    assert bundled.stamp_path(bundled.bundled_index_dir(folder)).is_file()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lexical_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("plan") / "cascade_lexical.json"
+    path.write_text(json.dumps(roomy_plan("cascade_lexical.json")))
+    return path
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]], ids=["text", "json"])
+def test_cold_lexical_run_imports_nothing_it_does_not_use_and_prints_the_warm_bytes(
+    cache: Path,
+    lexical_plan: Path,
+    output: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv = ["run", str(lexical_plan), "--index", "bundled", *output]
+    env = {**os.environ, "RACE_CACHE_DIR": str(cache)}
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(NOT_ON_THE_LEXICAL_PATH)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env=env,
+    )
+    cold = json.loads(probe.stdout)
+    assert cold["code"] == 0 and cold["imported"] == []
+    assert "indexing the bundled fixture corpus" not in probe.stderr  # the stamp matched: no rebuild
+    monkeypatch.setenv("RACE_CACHE_DIR", str(cache))
+    capsys.readouterr()
+    assert main(argv) == 0
+    warm = capsys.readouterr().out
+    assert "satisfied" in warm  # a receipt, not an empty answer
+    if output:
+        # JSON carries the run's timings (``operational``): the receipt itself is compared.
+        assert _receipt_bytes(cold["stdout"]) == _receipt_bytes(warm)
+    else:
+        assert cold["stdout"] == warm
+
+
+def _receipt_bytes(text: str) -> bytes:
+    from race.receipt import Receipt
+
+    return Receipt.model_validate_json(text).normalized_bytes()
+
+
+def test_the_engine_class_keeps_the_packet_default_tokenizer() -> None:
+    from race.evidence.packet import DEFAULT_TOKENIZER
+    from race.evidence.tools import DEFAULT_TOKENIZER as ON_THE_ENGINE
+
+    assert ON_THE_ENGINE == DEFAULT_TOKENIZER
+
+
+def test_a_changed_corpus_file_rebuilds_the_bundled_index(
+    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(FIXTURES / "corpus", corpus)
+    cache = tmp_path / "cache"
+    target = bundled.bundled_index_dir(cache)
+    shutil.copytree(index_dir, target)
+    monkeypatch.setattr(bundled, "BUNDLED_CORPUS", corpus)
+    builds: list[Path] = []
+
+    def build(corpus_path: Path, out: Path, **_: Any) -> None:
+        builds.append(corpus_path)
+
+    monkeypatch.setattr(indexing, "build_index", build)
+    # No stamp yet: the index is checked against the corpus (the same content), and stamped.
+    assert bundled.ensure_bundled_index(cache) == target and builds == []
+    stamp = json.loads(bundled.stamp_path(target).read_text())
+    assert stamp == bundled.corpus_stamp(corpus)
+    # A matching stamp: opened without loading the corpus at all.
+    monkeypatch.setattr("backends.load_corpus", lambda *a, **k: pytest.fail("the corpus was loaded"))
+    assert bundled.ensure_bundled_index(cache) == target and builds == []
+    monkeypatch.undo()
+    monkeypatch.setattr(bundled, "BUNDLED_CORPUS", corpus)
+    monkeypatch.setattr(indexing, "build_index", build)
+    # One document changed: the stamp no longer matches, the corpus revision moved, so a rebuild.
+    doc = sorted((corpus / "docs").rglob("*.md"))[0]
+    doc.write_text(doc.read_text() + "\nOne more line.\n")
+    assert bundled.corpus_stamp(corpus) != stamp
+    assert bundled.ensure_bundled_index(cache) == target
+    assert builds == [corpus]
+    assert json.loads(bundled.stamp_path(target).read_text()) == bundled.corpus_stamp(corpus)
