@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -162,10 +162,11 @@ def read_bert(
     identity named ``name``; a defect is one ``error`` naming the folder and ``hint``.
 
     The weights' sha256 (their identity) is hashed on a second thread while the tensors are
-    read and laid out: hashlib releases the GIL, so the two overlap."""
+    read, and the linear layers are laid out on two: hashlib and numpy release the GIL, so
+    the work overlaps. Each layer is laid out alone, so the bits are those of one thread."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="race-weights-sha256") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="race-model-load") as pool:
         weights_sha256 = pool.submit(_sha256_file, model_dir / "model.safetensors")
         return _read_bert(
             model_dir,
@@ -178,6 +179,7 @@ def read_bert(
             config_sha256=config_sha256,
             error=error,
             weights_sha256=weights_sha256,
+            pool=pool,
         )
 
 
@@ -193,6 +195,7 @@ def _read_bert(
     config_sha256: str | None,
     error: type[RaceError],
     weights_sha256: Future[str],
+    pool: Executor,
 ) -> _Bert:
     from safetensors.numpy import load_file
 
@@ -209,25 +212,32 @@ def _read_bert(
     # A checkpoint saved from BertForMaskedLM or similar names the encoder's tensors "bert.*".
     tensors = {k.removeprefix("bert."): np.ascontiguousarray(v, dtype=np.float32) for k, v in raw.items()}
 
-    def linear(*prefixes: str) -> _Linear:
-        weight = np.concatenate([tensors[f"{p}.weight"] for p in prefixes], axis=0)
-        bias = np.concatenate([tensors[f"{p}.bias"] for p in prefixes])
-        return _Linear.from_weights(weight, bias)
+    def linear(*prefixes: str) -> Future[_Linear]:
+        return pool.submit(_linear, tensors, prefixes)
 
     def norm(prefix: str) -> tuple[FloatArray, FloatArray]:
         return tensors[f"{prefix}.weight"], tensors[f"{prefix}.bias"]
 
     layers = []
     try:
-        for i in range(int(config["num_hidden_layers"])):
-            p = f"encoder.layer.{i}"
+        prefixes = [f"encoder.layer.{i}" for i in range(int(config["num_hidden_layers"]))]
+        pending = [
+            (
+                linear(*(f"{p}.attention.self.{name}" for name in ("query", "key", "value"))),
+                linear(f"{p}.attention.output.dense"),
+                linear(f"{p}.intermediate.dense"),
+                linear(f"{p}.output.dense"),
+            )
+            for p in prefixes
+        ]
+        for p, (qkv, attn_out, intermediate, output) in zip(prefixes, pending, strict=True):
             layers.append(
                 _Layer(
-                    qkv=linear(*(f"{p}.attention.self.{name}" for name in ("query", "key", "value"))),
-                    attn_out=linear(f"{p}.attention.output.dense"),
+                    qkv=qkv.result(),
+                    attn_out=attn_out.result(),
                     attn_norm=norm(f"{p}.attention.output.LayerNorm"),
-                    intermediate=linear(f"{p}.intermediate.dense"),
-                    output=linear(f"{p}.output.dense"),
+                    intermediate=intermediate.result(),
+                    output=output.result(),
                     out_norm=norm(f"{p}.output.LayerNorm"),
                 )
             )
@@ -267,6 +277,13 @@ def _read_bert(
     ms = (time.perf_counter() - started) * 1e3
     _log.debug("model %s loaded from %s in %.1f ms: %d dims, %d layers", name, model_dir, ms, dims, len(layers))
     return bert
+
+
+def _linear(tensors: dict[str, FloatArray], prefixes: Sequence[str]) -> _Linear:
+    """The linear layer of the tensors named ``prefixes``, side by side (one matmul for all)."""
+    weight = np.concatenate([tensors[f"{p}.weight"] for p in prefixes], axis=0)
+    bias = np.concatenate([tensors[f"{p}.bias"] for p in prefixes])
+    return _Linear.from_weights(weight, bias)
 
 
 _MODELS: dict[Path, _Bert] = {}
