@@ -24,7 +24,10 @@ Stages of a RACE run (each the median over the runs; ``rest`` is what no stage t
 * ``receipt`` the receipt's records, less its evidence fingerprint;
 * ``fingerprint`` ``Receipt.with_evidence_fingerprint``.
 
-    .venv/bin/python -m benchmarks.bench_lexical_overhead [--set DIR] [--runs N] [--name NAME]
+    .venv/bin/python -m benchmarks.bench_lexical_overhead [--set DIR] [--runs N] [--name NAME] [--freeze-gc]
+
+``--freeze-gc`` calls ``gc.freeze()`` after the warm-up (what an application may do once its
+engine is open): the collector then no longer walks the engine's long-lived objects.
 
 ``--set`` is a folder made by ``build_stdlib_eval`` (built into a temporary folder when not
 given); its lexical index is built beside it at ``index-lexical`` when missing. Writes
@@ -34,6 +37,7 @@ given); its lexical index is built beside it at ``index-lexical`` when missing. 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -120,9 +124,7 @@ def _plan(text: str, k: int) -> dict[str, Any]:
     return {
         "schema_version": "race.plan/1",
         "root": "o",
-        "obligations": [
-            {"id": "o", "kind": "seek_support", "query": {"text": text}, "query_class": "lexical", "k": k}
-        ],
+        "obligations": [{"id": "o", "kind": "seek_support", "query": {"text": text}, "query_class": "lexical", "k": k}],
     }
 
 
@@ -143,7 +145,7 @@ def _stages(total_s: float, phases: dict[str, float]) -> dict[str, float]:
     return out
 
 
-async def bench(engine: Any, queries: list[str], k: int, runs: int) -> dict[str, Any]:
+async def bench(engine: Any, queries: list[str], k: int, runs: int, freeze_gc: bool = False) -> dict[str, Any]:
     adapter = engine.adapters["tantivy"]
     index = adapter._index._inner
 
@@ -172,6 +174,8 @@ async def bench(engine: Any, queries: list[str], k: int, runs: int) -> dict[str,
     for text in queries:  # warm: every plan in the plan cache, imports, first searches
         await race(text)
         await anyio.to_thread.run_sync(raw_call, compiled[text])
+    if freeze_gc:
+        gc.freeze()
     plan_hits = 0
     totals: list[float] = []
     thread: list[float] = []
@@ -223,7 +227,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['machine']}; {results['documents']} documents of real text ({results['set']}); "
         f"load average {results['load_before']} before, {results['load_after']} after. "
         "Medians in ms; RACE with `cache=False` (plan cache warm), runs interleaved with the raw search "
-        "of the same query.",
+        "of the same query." + (" `gc.freeze()` after the warm-up." if results.get("gc_frozen") else ""),
         "",
         "| k | hits | RACE | raw (thread) | raw (inline) | overhead | overhead less receipt | pass |",
         "|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -262,11 +266,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     instrument(engine)
     queries = [json.loads(line)["text"] for line in (folder / "queries.jsonl").read_text().splitlines() if line]
     load_before = [round(x, 2) for x in os.getloadavg()]
-    legs = [await bench(engine, queries, k, args.runs if k < 1000 else max(20, args.runs // 5)) for k in args.k]
+    legs = [
+        await bench(engine, queries, k, args.runs if k < 1000 else max(20, args.runs // 5), args.freeze_gc)
+        for k in args.k
+    ]
     return {
         "machine": f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}",
         "set": "stdlib docstrings (benchmarks.build_stdlib_eval)",
         "documents": len(queries),
+        "gc_frozen": args.freeze_gc,
         "load_before": load_before,
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "legs": legs,
@@ -279,6 +287,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--k", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--name", default="lexical_overhead")
+    parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() after the warm-up")
     args = parser.parse_args()
     results = anyio.run(main_async, args)
     RESULTS.mkdir(parents=True, exist_ok=True)
