@@ -129,6 +129,13 @@ class Adapter(ABC):
         holds another backend's read nor the run. The default, ``False``, is the safe answer."""
         return False
 
+    @property
+    def pins_inline(self) -> bool:
+        """Whether ``pinned()`` is, like such a generation read, a ``stat`` or two of local files
+        this adapter holds open and a searcher it already has. The engine then pins it inline,
+        without a task and a bound of its own. The default, ``False``, is the safe answer."""
+        return False
+
     def pinned(self, generation: str) -> Adapter:
         """This backend held at ``generation`` for one run: every scan of the returned adapter
         reads that snapshot and its hits carry that generation, whatever commits land meanwhile.

@@ -63,6 +63,10 @@ class NamedInstance(Adapter):
     def reads_generation_inline(self) -> bool:
         return self.inner.reads_generation_inline
 
+    @property
+    def pins_inline(self) -> bool:
+        return self.inner.pins_inline
+
     def pinned(self, generation: str) -> Adapter:
         return NamedInstance(self.inner.pinned(generation), self.backend)
 

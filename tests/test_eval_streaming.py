@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 
+from race.evaluation import stats
 from race.evaluation.evaluate import EvalQuery, Judgment
-from race.evaluation.stats import MEASURES, EvalReport
+from race.evaluation.stats import MEASURES, EvalReport, Interval, bootstraps, sign_flip_tests
 from race.evaluation.streaming import default_k, documents, evaluate, parse_measures
 from race.receipt import Receipt
 from rsc import InputError, canonical_json
@@ -133,7 +135,8 @@ def test_a_state_file_resumes_the_evaluation(tmp_path: Path) -> None:
     changed = [*queries[:2], queries[2].model_copy(update={"text": "another"}), *queries[3:]]
     third = Fake(_receipt_data(chunks=120, per_doc=5))
     run(third, changed)
-    assert third.asked == [30, 60, 120, 240] * 2  # two queries: the run (10 documents), its 40-deep leg
+    # Two queries (at once, by default): each the run (10 documents) and its 40-deep leg.
+    assert sorted(third.asked) == sorted([30, 60, 120, 240] * 2)
     assert len(state.read_text().splitlines()) == 6
 
 
@@ -196,3 +199,62 @@ def test_an_evaluation_leaves_the_receipt_and_result_caches_as_they_were(session
 
     assert anyio.run(run).queries == 1
     assert (len(session_engine.receipt_cache), len(session_engine.result_cache)) == before
+
+
+def _resampled(n: int, samples: int) -> tuple[int, dict[str, dict[str, Interval | None]], list[float]]:
+    """The bootstrap and the sign-flip tests of three strategies over ``n`` queries, and their peak."""
+    values = np.random.default_rng(n)
+    matrix = {s: {m: values.random(n) for m in MEASURES} for s in ("a", "b", "c")}
+    scored = {s: values.random(n) > 0.1 for s in matrix}
+    pairs = [
+        (matrix[a][m][both], matrix[b][m][both], both)
+        for a, b in (("a", "b"), ("a", "c"), ("b", "c"))
+        for m in MEASURES
+        if (both := scored[a] & scored[b]).any()
+    ]
+    tracemalloc.start()
+    try:
+        rng = np.random.default_rng(7)
+        overall = bootstraps(rng, samples, n, matrix, scored)
+        p_values = sign_flip_tests(rng, samples * 5, pairs, n)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, overall, p_values
+
+
+def test_the_resampling_memory_is_flat_in_the_number_of_queries() -> None:
+    _resampled(50, 10)
+    small, _, _ = _resampled(250, 1000)
+    large, overall, p_values = _resampled(4000, 1000)
+    assert overall["a"]["nDCG@10"] is not None and len(p_values) == 3 * len(MEASURES)
+    # 16 times the queries: the whole matrices would weigh 16 times as much (160 MB of signs
+    # at 4,000 queries); drawn a block at a time, the peak is the same within a quarter.
+    assert large < 1.25 * small, (small, large)
+
+
+def test_the_blocks_give_the_figures_of_one_draw_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    n, samples = 37, 300
+    monkeypatch.setattr(stats, "BLOCK_CELLS", 5)  # 1 resample a block
+    _, blocked, blocked_p = _resampled(n, samples)
+    monkeypatch.setattr(stats, "BLOCK_CELLS", 50 * n)  # 50, with a shorter last block
+    _, mid, mid_p = _resampled(n, samples)
+    assert blocked == mid and blocked_p == mid_p
+    # The whole matrices drawn at once, as the reference formula reads them.
+    values = np.random.default_rng(n)
+    matrix = {s: {m: values.random(n) for m in MEASURES} for s in ("a", "b", "c")}
+    scored = {s: values.random(n) > 0.1 for s in matrix}
+    rng = np.random.default_rng(7)
+    indices = rng.integers(0, n, size=(samples, n))
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(samples * 5, n))
+    for s in matrix:
+        drawn = scored[s][indices].sum(axis=1)
+        for m in MEASURES:
+            means = np.where(scored[s], matrix[s][m], 0.0)[indices].sum(axis=1)[drawn > 0] / drawn[drawn > 0]
+            low, high = np.percentile(means, [2.5, 97.5])
+            assert blocked[s][m] == Interval(mean=float(matrix[s][m][scored[s]].mean()), low=low, high=high)
+    both = scored["a"] & scored["b"]
+    diff = matrix["a"]["nDCG@10"][both] - matrix["b"]["nDCG@10"][both]
+    flipped = np.abs((signs[:, both] * diff).mean(axis=1))
+    reference = (np.count_nonzero(flipped >= abs(diff.mean()) - 1e-12) + 1) / (samples * 5 + 1)
+    assert blocked_p[MEASURES.index("nDCG@10")] == reference

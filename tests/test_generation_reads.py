@@ -6,12 +6,14 @@ own backend alone. And the hand-off of ``*_sync`` calls to the engine's loop (ra
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import anyio
 import pytest
 
 from backends import Adapter
+from backends.base import RefusedSnapshot
 from backends.named import NamedInstance
 from race.engine import Engine
 from race.portal import LoopThread
@@ -42,6 +44,31 @@ def test_local_generations_are_read_inline(session_engine: Engine, monkeypatch: 
     found = anyio.run(engine.current_generations)
     assert found == session_engine.generations()
     assert UNKNOWN_GENERATION not in found.values()
+
+
+def test_local_indexes_are_pinned_inline(session_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from race.state.snapshots import pin_snapshots
+
+    local = {name: a for name, a in session_engine.adapters.items() if name in ("tantivy", "graph")}
+    assert local and all(a.pins_inline for a in local.values())
+    generations = session_engine.generations()
+
+    async def no_task(*args: Any) -> Any:
+        raise AssertionError("a local pin became a task")
+
+    monkeypatch.setattr(session_engine.call_pool, "settle", no_task)
+
+    async def pin(deadline: float) -> dict[str, Adapter]:
+        return await pin_snapshots(
+            local, generations, read=set(local), deadline=deadline, pool=session_engine.call_pool
+        )
+
+    pinned = anyio.run(pin, time.monotonic() + 10.0)
+    assert set(pinned) == set(local)
+    assert all(p is not local[n] and p.generation() == generations[n] for n, p in pinned.items())
+    # With no time left nothing is pinned, as a task given no time would not be.
+    late = anyio.run(pin, time.monotonic() - 1.0)
+    assert all(isinstance(p, RefusedSnapshot) for p in late.values())
 
 
 def test_a_read_that_never_answers_is_unknown_for_its_own_backend_only(session_engine: Engine) -> None:

@@ -130,6 +130,10 @@ class GraphAdapter(Adapter):
     def reads_generation_inline(self) -> bool:
         return True  # a stat of graph.json
 
+    @property
+    def pins_inline(self) -> bool:
+        return True  # that stat, and the snapshot already loaded
+
     def generation(self) -> str:
         """The generation of ``graph.json`` as it is now; a rebuilt file is loaded first."""
         return self._current().generation

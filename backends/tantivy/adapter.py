@@ -181,6 +181,10 @@ class TantivyAdapter(Adapter):
     def reads_generation_inline(self) -> bool:
         return True  # a stat of meta.json, read again only when it changed
 
+    @property
+    def pins_inline(self) -> bool:
+        return True  # that stat, and a searcher over the state the reader holds
+
     def generation(self) -> str:
         """The index id, opstamp, segment ids and their delete counts of the state the reader holds.
 

@@ -196,7 +196,7 @@ def add_evidence_commands(sub: Any) -> None:
     p.add_argument(
         "--metrics", help="ir-measures measures, e.g. 'nDCG@10 R@100 RR@10 P@5' (default nDCG@10 R@10 RR P@5)"
     )
-    p.add_argument("--concurrency", type=int, default=1, help="queries run at once (default 1)")
+    p.add_argument("--concurrency", type=int, default=4, help="queries run at once (default 4)")
     p.add_argument("--state", metavar="FILE", help="per-query records (JSONL): appended as queries finish; resumed")
     p.add_argument("--export-runs", metavar="DIR", help="write one TREC run file per strategy there (STRATEGY.run)")
     p.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (default 2000)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -112,26 +112,75 @@ def per_query_scores(
     return out
 
 
-def bootstrap(
-    values: np.ndarray[Any, Any], indices: np.ndarray[Any, Any], scored: np.ndarray[Any, Any]
-) -> Interval | None:
-    """The mean of ``values`` over the ``scored`` queries, with the percentile interval of the
-    resampled means (each resample's mean over the scored queries it drew; a resample that drew
-    none has no mean and is left out). None when no query is scored."""
-    if not scored.any():
-        return None
-    kept = np.where(scored, values, 0.0)
-    drawn = scored[indices].sum(axis=1)
-    means = kept[indices].sum(axis=1)[drawn > 0] / drawn[drawn > 0]
-    low, high = np.percentile(means, [2.5, 97.5])
-    return Interval(mean=float(values[scored].mean()), low=float(low), high=float(high))
+BLOCK_CELLS = 1 << 18
+"""Resample x query cells drawn at once (2 MB of float64): the bootstrap and the sign-flip test
+draw their matrices a block of resamples at a time, as many resamples as fit, so their memory
+stays the same whatever the number of queries. The generator's stream is the one a single draw
+of the whole matrix takes, and every resample's mean is computed alike, so the figures are the
+same bit for bit."""
 
 
-def paired_test(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], signs: np.ndarray[Any, Any]) -> float:
-    diff = a - b
-    observed = abs(diff.mean())
-    flipped = np.abs((signs * diff).mean(axis=1))
-    return float((np.count_nonzero(flipped >= observed - 1e-12) + 1) / (len(signs) + 1))
+def _blocks(total: int, queries: int) -> Iterator[int]:
+    """Sizes of the blocks of ``total`` resamples of ``queries`` queries each."""
+    rows = max(1, BLOCK_CELLS // max(1, queries))
+    for start in range(0, total, rows):
+        yield min(rows, total - start)
+
+
+def bootstraps(
+    rng: np.random.Generator,
+    samples: int,
+    queries: int,
+    matrix: Mapping[str, Mapping[str, np.ndarray[Any, Any]]],
+    scored: Mapping[str, np.ndarray[Any, Any]],
+) -> dict[str, dict[str, Interval | None]]:
+    """strategy -> measure -> the mean of its values over its ``scored`` queries, with the
+    percentile interval of the resampled means (each resample's mean over the scored queries it
+    drew; a resample that drew none has no mean and is left out). None when no query is scored.
+    Every strategy and measure resamples the same query indices (the comparison is paired)."""
+    kept = {s: {m: np.where(scored[s], v, 0.0) for m, v in by_m.items()} for s, by_m in matrix.items()}
+    drawn: dict[str, list[np.ndarray[Any, Any]]] = {s: [] for s in matrix}
+    sums: dict[str, dict[str, list[np.ndarray[Any, Any]]]] = {s: {m: [] for m in by_m} for s, by_m in matrix.items()}
+    for size in _blocks(samples, queries):
+        indices = rng.integers(0, queries, size=(size, queries))
+        for s, zeroed in kept.items():
+            drawn[s].append(scored[s][indices].sum(axis=1))
+            for m, values in zeroed.items():
+                sums[s][m].append(values[indices].sum(axis=1))
+    out: dict[str, dict[str, Interval | None]] = {}
+    for s, by_m in matrix.items():
+        out[s] = {}
+        counts = np.concatenate(drawn[s]) if drawn[s] else np.zeros(0, dtype=np.int64)
+        for m, values in by_m.items():
+            if not scored[s].any():
+                out[s][m] = None
+                continue
+            means = np.concatenate(sums[s][m])[counts > 0] / counts[counts > 0]
+            low, high = np.percentile(means, [2.5, 97.5])
+            out[s][m] = Interval(mean=float(values[scored[s]].mean()), low=float(low), high=float(high))
+    return out
+
+
+def sign_flip_tests(
+    rng: np.random.Generator,
+    flips: int,
+    pairs: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]],
+    queries: int,
+) -> list[float]:
+    """The two-sided paired randomization (sign-flip) test's p-value of each pair ``(a, b, both)``
+    (the values of two strategies over the queries ``both`` measures), over ``flips`` sign vectors
+    of all the queries shared by every pair."""
+    if not pairs:
+        return []
+    diffs = [a - b for a, b, _ in pairs]
+    observed = [abs(d.mean()) for d in diffs]
+    beyond = [0] * len(pairs)
+    for size in _blocks(flips, queries):
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, queries))
+        for i, ((_, _, both), diff) in enumerate(zip(pairs, diffs, strict=True)):
+            flipped = np.abs((signs[:, both] * diff).mean(axis=1))
+            beyond[i] += int(np.count_nonzero(flipped >= observed[i] - 1e-12))
+    return [(b + 1) / (flips + 1) for b in beyond]
 
 
 def score_runs(
@@ -154,10 +203,8 @@ def score_runs(
     mask = {s: np.array([q not in skipped[s] for q in queries], dtype=bool) for s in strategies}
     rng = np.random.default_rng(int(settings.get("seed", 7)))
     samples = int(settings.get("samples", 2000))
-    indices = rng.integers(0, len(queries), size=(samples, len(queries)))
-    signs = rng.choice(np.array([-1.0, 1.0]), size=(samples * 5, len(queries)))
     matrix = {s: {m: np.array([scores[s][q][m] for q in queries]) for m in measures} for s in strategies}
-    overall = {s: {m: bootstrap(matrix[s][m], indices, mask[s]) for m in measures} for s in strategies}
+    overall = bootstraps(rng, samples, len(queries), matrix, mask)
     by_category: dict[str, dict[str, dict[str, float | None]]] = {}
     for cat in sorted({categories.get(q, "") for q in queries}):
         member = np.array([categories.get(q, "") == cat for q in queries], dtype=bool)
@@ -165,25 +212,27 @@ def score_runs(
             s: {m: float(matrix[s][m][member & mask[s]].mean()) if (member & mask[s]).any() else None for m in measures}
             for s in strategies
         }
-    paired = []
-    for a, b in itertools.combinations(strategies, 2):
-        both = mask[a] & mask[b]
-        if not both.any():
-            continue  # no query measures both: nothing to compare
-        for m in measures:
-            x, y = matrix[a][m][both], matrix[b][m][both]
-            paired.append(
-                PairedTest(
-                    a=a,
-                    b=b,
-                    measure=m,
-                    mean_difference=float((x - y).mean()),
-                    p_value=paired_test(x, y, signs[:, both]),
-                    wins=int(np.count_nonzero(x > y + 1e-12)),
-                    losses=int(np.count_nonzero(y > x + 1e-12)),
-                    ties=int(np.count_nonzero(np.abs(x - y) <= 1e-12)),
-                )
-            )
+    compared = [
+        (a, b, m, both)
+        for a, b in itertools.combinations(strategies, 2)
+        if (both := mask[a] & mask[b]).any()  # no query measures both: nothing to compare
+        for m in measures
+    ]
+    tests = [(matrix[a][m][both], matrix[b][m][both], both) for a, b, m, both in compared]
+    p_values = sign_flip_tests(rng, samples * 5, tests, len(queries))
+    paired = [
+        PairedTest(
+            a=a,
+            b=b,
+            measure=m,
+            mean_difference=float((x - y).mean()),
+            p_value=p,
+            wins=int(np.count_nonzero(x > y + 1e-12)),
+            losses=int(np.count_nonzero(y > x + 1e-12)),
+            ties=int(np.count_nonzero(np.abs(x - y) <= 1e-12)),
+        )
+        for (a, b, m, _), (x, y, _), p in zip(compared, tests, p_values, strict=True)
+    ]
     per_query = {q: {s: dict(scores[s][q]) for s in strategies if q not in skipped[s]} for q in queries}
     counted = {
         s: Scored(

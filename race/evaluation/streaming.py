@@ -184,7 +184,7 @@ async def evaluate(
     measures: Sequence[str] = MEASURES,
     samples: int = 2000,
     seed: int = 7,
-    concurrency: int = 1,
+    concurrency: int = 4,
     state: Path | None = None,
     export_runs: Path | None = None,
     progress: Callable[[int], Callable[[QueryRecord], None]] | None = None,

@@ -23,6 +23,7 @@ from race.receipt import (
     EvidenceItem,
     Fusion,
     ObligationReceipt,
+    Operational,
     OperatorReceipt,
     Receipt,
     ReceiptFingerprints,
@@ -192,6 +193,7 @@ class Executor:
             ),
             gaps=sorted_gaps(gaps.values()),
             roles=None if self._ctx.roles == DEFAULT_ROLES else self._ctx.roles,
+            operational=_NO_OPERATIONAL,
         ).with_evidence_fingerprint()
 
     # -- nodes ------------------------------------------------------------------------------
@@ -228,6 +230,11 @@ class Executor:
         for item in walk(node):
             if not isinstance(item, OperatorNode):
                 self._skipped.setdefault(item.node, set()).add(why)
+
+
+_NO_OPERATIONAL = Operational()
+"""The receipt's operational record until the engine fills it in: given, so that pydantic does not
+deep-copy the field's default for every receipt."""
 
 
 def _operator_receipt(node: OperatorNode, outcome: Outcome) -> OperatorReceipt:

@@ -63,9 +63,22 @@ async def pin_snapshots(
     if bound is not None:
         limit = min(limit, bound)
     calls = pool if pool is not None else CallPool()
-    pins = {name: partial(adapters[name].pin, generations.get(name, UNKNOWN_GENERATION)) for name in names}
+    # A local index's pin (``pins_inline``: a stat or two) is made inline: a task costs more.
+    inline = [name for name in names if adapters[name].pins_inline]
+    pins = {
+        name: partial(adapters[name].pin, generations.get(name, UNKNOWN_GENERATION))
+        for name in names
+        if name not in inline
+    }
+    settled: dict[str, tuple[bool, Adapter | BaseException | None]] = {}
+    for name in inline:
+        # With no time left nothing is pinned, as a task given no time would not be.
+        planned = generations.get(name, UNKNOWN_GENERATION)
+        settled[name] = _pin_inline(adapters[name], planned) if limit > 0.0 else (False, None)
+    if pins:
+        settled.update(await calls.settle(pins, limit))
     pinned: dict[str, Adapter] = {}
-    for name, (answered, answer) in (await calls.settle(pins, limit)).items():
+    for name, (answered, answer) in sorted(settled.items(), key=lambda pair: names.index(pair[0])):
         planned = generations.get(name, UNKNOWN_GENERATION)
         with span("race.pin", backend=name, generation=planned) as traced:
             if isinstance(answer, Exception):
@@ -89,6 +102,13 @@ async def pin_snapshots(
                 adapter, planned=planned, current=UNKNOWN_GENERATION, reason="was not pinned in time"
             )
     return out
+
+
+def _pin_inline(adapter: Adapter, generation: str) -> tuple[bool, Adapter | BaseException | None]:
+    try:
+        return True, adapter.pinned(generation)
+    except Exception as exc:  # the adapter's fault is its legs' gap, as from a task
+        return True, exc
 
 
 class _PinFailed(RefusedSnapshot):
