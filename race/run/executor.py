@@ -37,7 +37,7 @@ from race.run.fusion import FUSION_SECONDS
 from race.run.legs import LegRecord, LegRunner, ScanCache
 from race.run.obligations import answer, not_attempted
 from race.run.operators import OPERATORS
-from race.run.outcome import Outcome, sorted_gaps, status_of
+from race.run.outcome import Outcome, gap_key, sorted_gaps, status_of
 from race.run.roles import DEFAULT_ROLES
 from rsc import Contract, Gap, ObligationStatus, OperatorKind, fingerprint, weakest
 
@@ -169,9 +169,9 @@ class Executor:
         plan, explain = self.plan, self.explain
         obligations = tuple(self.obligation_receipts[o.id] for o in sorted(plan.obligations, key=lambda o: o.id))
         operators = tuple(self.operator_receipts[k] for k in sorted(self.operator_receipts))
-        gaps: dict[str, Gap] = {}
+        gaps: dict[tuple[object, ...], Gap] = {}
         for gap in [g for o in obligations for g in o.gaps] + [g for op in operators for g in op.gaps]:
-            gaps[fingerprint(gap)] = gap
+            gaps[gap_key(gap)] = gap
         statuses = {s.value: sum(1 for o in obligations if o.status is s) for s in ObligationStatus}
         oppositions = [o.opposition_coverage for o in operators if o.opposition_coverage is not None]
         fps = explain.fingerprints
