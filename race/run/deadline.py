@@ -30,6 +30,7 @@ def cut_short(
 ) -> Outcome:
     """Receipts for every node under ``root`` not in ``done``; the root's (empty) outcome."""
     why = _not_reached(ctx)
+    in_flight = _in_flight(ctx)
     seen: set[str] = set()
     for node in walk(root):
         if node.node in done or node.node in seen:
@@ -50,7 +51,7 @@ def cut_short(
             # A leg that failed, or was still in flight, is named as such; else it was not reached.
             ob = ctx.obligation(node.node)
             found = list(ctx.legs.failures.get(ob.id, ()))
-            found += [ctx.legs.deadline_gap(scan, ob.id) for scan in _in_flight(ctx, ob.id)]
+            found += [ctx.legs.deadline_gap(scan, ob.id) for scan in in_flight.get(ob.id, ())]
             if found:
                 obligations[node.node] = receipt(ob, failed_outcome(ob.id, found), served_by=(), model_calls=0)
                 continue
@@ -72,8 +73,12 @@ def cut_short(
     return done.get(root.node) or failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))
 
 
-def _in_flight(ctx: RunContext, obligation: str) -> list[ScanNode]:
-    return [scan for _, (ob, scan) in sorted(ctx.legs.running.items()) if ob == obligation]
+def _in_flight(ctx: RunContext) -> dict[str, list[ScanNode]]:
+    """The legs still in flight, by obligation, each obligation's in label order: one pass."""
+    found: dict[str, list[ScanNode]] = {}
+    for _, (ob, scan) in sorted(ctx.legs.running.items()):
+        found.setdefault(ob, []).append(scan)
+    return found
 
 
 def not_reached(ctx: RunContext, node: PhysicalNode) -> Outcome:

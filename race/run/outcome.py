@@ -81,6 +81,38 @@ class Item:
             collapsed=_merged_copies(self.collapsed, other.collapsed),
         )
 
+    @staticmethod
+    def merged_all(views: Sequence[Item]) -> Item:
+        """``views[0].merged(views[1]).merged(views[2])...`` in one pass: the same item, built
+        once instead of once per view (a unit found by thousands of legs of a wide union)."""
+        first = views[0]
+        if len(views) == 1:
+            return first
+        hits = list(first.hits)
+        seen = {(h.custody.request, h.custody.rank) for h in hits}
+        obligations, statuses, relations = set(first.obligations), set(first.statuses), set(first.relations)
+        fusion, origin, collapsed = first.fusion, first.origin, first.collapsed
+        for other in views[1:]:
+            extra = [h for h in other.hits if (h.custody.request, h.custody.rank) not in seen]
+            seen.update((h.custody.request, h.custody.rank) for h in extra)
+            hits += extra
+            obligations |= other.obligations
+            statuses |= other.statuses
+            relations |= other.relations
+            fusion = fusion or other.fusion
+            origin = origin or other.origin
+            collapsed = _merged_copies(collapsed, other.collapsed)
+        return Item(
+            key=first.key,
+            hits=tuple(hits),
+            obligations=frozenset(obligations),
+            statuses=frozenset(statuses),
+            relations=frozenset(relations),
+            fusion=fusion,
+            origin=origin,
+            collapsed=collapsed,
+        )
+
     def with_status(self, status: EvidenceStatus) -> Item:
         return self if status in self.statuses else dataclasses.replace(self, statuses=self.statuses | {status})
 
