@@ -224,7 +224,7 @@ class Engine(Planning, EvidenceTools):
         The deadline covers the whole run, planning included; the plan's set-up (imports, opens,
         model weights) is not charged to it (``race.planning``); full garbage collections wait
         while it runs (``race.run.gc_pause``). One ``race.run`` span."""
-        with span("race.run", where=where) as traced, full_collections_wait():
+        with full_collections_wait(), span("race.run", where=where) as traced:
             run = self._run(plan, where=where, retain=retain, analyze=analyze, cache=cache)
             traced.set(**run_attributes(receipt := await run))
         return receipt
