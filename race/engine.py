@@ -272,6 +272,7 @@ class Engine(Planning, EvidenceTools):
             roles=index_roles(self.adapters.values()),
             pool=self.call_pool,
             cut=clock.cut(nodes),
+            end=clock.deadline,
         )
         root = await executor.run()
         phases.mark("legs")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from functools import partial
 
 import anyio
 
@@ -34,6 +35,7 @@ from race.run.deadline import cut_short, not_reached, not_started
 from race.run.detached import CallPool
 from race.run.freshness import Lineage
 from race.run.fusion import FUSION_SECONDS
+from race.run.lateness import Lateness
 from race.run.legs import LegRecord, LegRunner, ScanCache
 from race.run.obligations import answer, not_attempted
 from race.run.operators import OPERATORS
@@ -60,6 +62,7 @@ class Executor:
         roles: Roles | None = None,
         pool: CallPool | None = None,
         cut: float | None = None,
+        end: float | None = None,
     ) -> None:
         self.plan = plan
         self.explain = explain
@@ -89,6 +92,10 @@ class Executor:
         self._running: dict[str, anyio.Event] = {}
         self._skipped: dict[str, set[str]] = {}
         self._fusion = [0.0]
+        # With the plan deadline (``end``), the reserves before it grow as the loop runs late.
+        self._lateness: Lateness | None = None
+        if cut is not None and end is not None:
+            self._lateness = Lateness(legs=self._legs.deadline, cut=cut, end=end)
 
     # -- operational figures (never in the normalized receipt) ------------------------------
 
@@ -134,8 +141,12 @@ class Executor:
             else:
                 # A run whose planning used up its time does not start the tree only to cancel it.
                 if self._legs.remaining_ms() > 0:
-                    with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
-                        root = await self._node(physical)
+                    with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)) as scope:
+                        async with anyio.create_task_group() as watching:
+                            if self._lateness is not None:
+                                watching.start_soon(self._lateness.watch, partial(self._moved, scope))
+                            root = await self._node(physical)
+                            watching.cancel_scope.cancel()
                 if self._was_cut or physical.node not in self._done:
                     self._was_cut = True
                     root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
@@ -227,6 +238,12 @@ class Executor:
         finally:
             event.set()
         return outcome
+
+    def _moved(self, scope: anyio.CancelScope, legs: float, cut: float) -> None:
+        """The loop runs late: the legs stop starting, and the run is cut, earlier (``race.run.lateness``)."""
+        self._legs.move_deadline(legs)
+        self._cut = cut
+        scope.deadline = anyio.current_time() + (cut - time.monotonic())
 
     def _skip(self, node: PhysicalNode, why: str) -> None:
         """Remember why a parent did not run the obligations under ``node``; an obligation that

@@ -2,9 +2,11 @@
 
 One case of each style (a plain thread hop, a C ``sleep`` holding its thread, a client that
 swallows cancellation) runs again, fresh, while pure-Python busy loops compete for the
-cores (benchmarks/busy.py). The run still ends within the plan deadline + 100 ms + the loop's
-lag measured during that same run (tests/loop_lag.py), names the fault as a gap on its node,
-and never reads the late answer. (Two burners, not six: the suite shares its machine.)
+cores (benchmarks/busy.py): six of them, as the issue asks, three times the cores of the
+2-core machines the suite runs on. The run still ends within the plan deadline + 100 ms + the
+loop's lag measured during that same run (tests/loop_lag.py): the tolerance is what the machine
+did to a ticker beside the run, not a constant. It names the fault as a gap on its node, and
+never reads the late answer.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from benchmarks.busy import _start_burners, _stop
 from tests.faults.matrix import MATRIX, Runner
 from tests.remote.conftest import Server
 
-BURNERS = 2
+BURNERS = 6
 CASES = (
     "showcase:cve-id@tantivy:hop_thread",
     "early_stop_union:heap-growth@lancedb:c_sleep",
