@@ -11,6 +11,8 @@ never reads the late answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 
@@ -28,7 +30,7 @@ CASES = (
 
 @pytest.mark.parametrize("case_id", CASES)
 def test_an_uncooperative_adapter_beside_cpu_bound_processes(
-    case_id: str, runner: Runner, request: pytest.FixtureRequest
+    case_id: str, runner: Runner, request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
 ) -> None:
     (case,) = [c for c in MATRIX if c.id == case_id]
     if case.needs_server and runner.remote_url is None:
@@ -40,6 +42,10 @@ def test_an_uncooperative_adapter_beside_cpu_bound_processes(
         result = anyio.run(runner.fresh, case)
     finally:
         _stop(burners)
+    # The figures, for a report (``--junitxml``): the wall, the tolerance and the deadline.
+    record_property("wall_ms", round(result.wall_ms, 1))
+    record_property("lag_ms", round(result.lag_ms, 1))
+    record_property("deadline_ms", case.deadlines.deadline_ms)
     assert result.injected and not result.silent_loss, result.violations
     assert not result.overrun, f"{result.wall_ms:.0f} ms (loop lag {result.lag_ms:.0f} ms)"
     assert result.violations == [], result.violations
