@@ -28,6 +28,7 @@ from race.portal import LoopThread
 from race.receipt import Receipt
 from race.run.clock import RunPhases, with_analysis
 from race.run.executor import Executor, Lineage
+from race.run.gc_pause import full_collections_wait
 from race.run.legs import UNKNOWN_GENERATION
 from race.run.roles import index_roles
 from race.search import SearchOptions, plan_for_search
@@ -223,8 +224,9 @@ class Engine(Planning, EvidenceTools):
         keeps nothing in the receipt and result caches.
 
         The deadline covers the whole run, planning included; the plan's set-up (imports, opens,
-        model weights) is not charged to it (``race.planning``). One ``race.run`` span."""
-        with span("race.run", where=where) as traced:
+        model weights) is not charged to it (``race.planning``); full garbage collections wait
+        while it runs (``race.run.gc_pause``). One ``race.run`` span."""
+        with full_collections_wait(), span("race.run", where=where) as traced:
             run = self._run(plan, where=where, retain=retain, analyze=analyze, cache=cache)
             traced.set(**run_attributes(receipt := await run))
         return receipt
@@ -272,6 +274,7 @@ class Engine(Planning, EvidenceTools):
             roles=index_roles(self.adapters.values()),
             pool=self.call_pool,
             cut=clock.cut(nodes),
+            end=clock.deadline,
         )
         root = await executor.run()
         phases.mark("legs")

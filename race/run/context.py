@@ -52,16 +52,26 @@ class RunContext:
         return await gather([partial(self.legs.fetch, *read) for read in reads])
 
 
-async def gather(calls: Sequence[Callable[[], Awaitable[_T]]]) -> tuple[_T, ...]:
-    """Run every call concurrently; results in call order. Each call contains its own faults."""
+FAN_OUT = 64
+"""At most this many calls of one ``gather`` run at once; the next starts as one ends. A very
+wide operator then starts its first legs at once, instead of giving every node its first step
+before any leg can answer, and a run cut short has that many calls to unwind, not thousands."""
+
+
+async def gather(calls: Sequence[Callable[[], Awaitable[_T]]], limit: int = FAN_OUT) -> tuple[_T, ...]:
+    """Run the calls concurrently, ``limit`` at a time, started in call order; results in call
+    order (never completion order). Each call contains its own faults."""
     if len(calls) == 1:
         return (await calls[0](),)
     results: list[_T | None] = [None] * len(calls)
+    cursor = iter(range(len(calls)))
 
-    async def one(i: int) -> None:
-        results[i] = await calls[i]()
+    async def worker() -> None:
+        # Each worker takes the next call not started yet: a plan-order queue, no task per call.
+        for i in cursor:
+            results[i] = await calls[i]()
 
     async with anyio.create_task_group() as tg:
-        for i in range(len(calls)):
-            tg.start_soon(one, i)
+        for _ in range(min(limit, len(calls))):
+            tg.start_soon(worker)
     return tuple(r for r in results if r is not None)

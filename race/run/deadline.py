@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
-from planner import OperatorNode, PhysicalNode, ScanNode, walk
+from planner import Obligation, OperatorNode, PhysicalNode, ScanNode, walk
 from race.receipt import ObligationReceipt, OperatorReceipt
 from race.run.context import RunContext
 from race.run.obligations import receipt
 from race.run.outcome import Outcome, failed_outcome, gap
-from rsc import GapKind, ObligationStatus, SearchCoverage, SupportClosure
+from rsc import Gap, GapKind, ObligationStatus, SearchCoverage, SupportClosure
 
 
 def cut_short(
@@ -30,6 +30,7 @@ def cut_short(
 ) -> Outcome:
     """Receipts for every node under ``root`` not in ``done``; the root's (empty) outcome."""
     why = _not_reached(ctx)
+    in_flight = _in_flight(ctx)
     seen: set[str] = set()
     for node in walk(root):
         if node.node in done or node.node in seen:
@@ -50,30 +51,46 @@ def cut_short(
             # A leg that failed, or was still in flight, is named as such; else it was not reached.
             ob = ctx.obligation(node.node)
             found = list(ctx.legs.failures.get(ob.id, ()))
-            found += [ctx.legs.deadline_gap(scan, ob.id) for scan in _in_flight(ctx, ob.id)]
+            found += [ctx.legs.deadline_gap(scan, ob.id) for scan in in_flight.get(ob.id, ())]
             if found:
                 obligations[node.node] = receipt(ob, failed_outcome(ob.id, found), served_by=(), model_calls=0)
                 continue
-            # What ``receipt`` makes of a failed outcome with this one gap, built without
-            # validating known values again: a wide plan's unreached nodes cost the cut little.
-            obligations[node.node] = ObligationReceipt.model_construct(
-                id=ob.id,
-                kind=ob.kind,
-                status=ObligationStatus.UNSATISFIED,
-                required_coverage=ob.required_coverage,
-                search_coverage=SearchCoverage.UNKNOWN,
-                support_closure=SupportClosure.RESOURCE_LIMITED,
-                model_calls=0,
-                mandatory=ob.mandatory,
-                served_by=(),
-                evidence_count=0,
-                gaps=(missed,),
-            )
+            obligations[node.node] = _unreached_receipt(ob, missed)
     return done.get(root.node) or failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))
 
 
-def _in_flight(ctx: RunContext, obligation: str) -> list[ScanNode]:
-    return [scan for _, (ob, scan) in sorted(ctx.legs.running.items()) if ob == obligation]
+def not_started(ctx: RunContext, node: PhysicalNode) -> tuple[Outcome, ObligationReceipt]:
+    """A leaf met after the legs' deadline: it reads nothing (not even the cache), and its
+    outcome and receipt say it was not reached, at a fraction of a leaf's usual cost."""
+    ob = ctx.obligation(node.node)
+    missed = gap(GapKind.RESOURCE_LIMITED, ob.id, _not_reached(ctx))
+    return failed_outcome(ob.id, (missed,)), _unreached_receipt(ob, missed)
+
+
+def _unreached_receipt(ob: Obligation, missed: Gap) -> ObligationReceipt:
+    # What ``receipt`` makes of a failed outcome with this one gap, built without validating
+    # known values again: a wide plan's unreached nodes cost the run little.
+    return ObligationReceipt.model_construct(
+        id=ob.id,
+        kind=ob.kind,
+        status=ObligationStatus.UNSATISFIED,
+        required_coverage=ob.required_coverage,
+        search_coverage=SearchCoverage.UNKNOWN,
+        support_closure=SupportClosure.RESOURCE_LIMITED,
+        model_calls=0,
+        mandatory=ob.mandatory,
+        served_by=(),
+        evidence_count=0,
+        gaps=(missed,),
+    )
+
+
+def _in_flight(ctx: RunContext) -> dict[str, list[ScanNode]]:
+    """The legs still in flight, by obligation, each obligation's in label order: one pass."""
+    found: dict[str, list[ScanNode]] = {}
+    for _, (ob, scan) in sorted(ctx.legs.running.items()):
+        found.setdefault(ob, []).append(scan)
+    return found
 
 
 def not_reached(ctx: RunContext, node: PhysicalNode) -> Outcome:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from functools import partial
 
 import anyio
 
 from backends.base import Adapter
-from planner import Explain, LogicalPlan, OperatorNode, PhysicalNode, walk
+from planner import Explain, HybridNode, LogicalPlan, OperatorNode, PhysicalNode, ScanNode, walk
 from race.receipt import (
     CoverageSummary,
     EvidenceItem,
@@ -31,14 +32,15 @@ from race.receipt import (
 )
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
-from race.run.deadline import cut_short, not_reached
+from race.run.deadline import cut_short, not_reached, not_started
 from race.run.detached import CallPool
 from race.run.freshness import Lineage
 from race.run.fusion import FUSION_SECONDS
+from race.run.lateness import Lateness
 from race.run.legs import LegRecord, LegRunner, ScanCache
 from race.run.obligations import answer, not_attempted
 from race.run.operators import OPERATORS
-from race.run.outcome import Outcome, sorted_gaps, status_of
+from race.run.outcome import Outcome, gap_key, sorted_gaps, status_of
 from race.run.roles import DEFAULT_ROLES
 from rsc import Contract, Gap, ObligationStatus, OperatorKind, fingerprint, weakest
 
@@ -61,6 +63,7 @@ class Executor:
         roles: Roles | None = None,
         pool: CallPool | None = None,
         cut: float | None = None,
+        end: float | None = None,
     ) -> None:
         self.plan = plan
         self.explain = explain
@@ -90,6 +93,10 @@ class Executor:
         self._running: dict[str, anyio.Event] = {}
         self._skipped: dict[str, set[str]] = {}
         self._fusion = [0.0]
+        # With the plan deadline (``end``), the reserves before it grow as the loop runs late.
+        self._lateness: Lateness | None = None
+        if cut is not None and end is not None:
+            self._lateness = Lateness(legs=self._legs.deadline, cut=cut, end=end)
 
     # -- operational figures (never in the normalized receipt) ------------------------------
 
@@ -135,8 +142,12 @@ class Executor:
             else:
                 # A run whose planning used up its time does not start the tree only to cancel it.
                 if self._legs.remaining_ms() > 0:
-                    with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)):
-                        root = await self._node(physical)
+                    with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)) as scope:
+                        async with anyio.create_task_group() as watching:
+                            if self._lateness is not None:
+                                watching.start_soon(self._lateness.watch, partial(self._moved, scope))
+                            root = await self._node(physical)
+                            watching.cancel_scope.cancel()
                 if self._was_cut or physical.node not in self._done:
                     self._was_cut = True
                     root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
@@ -170,9 +181,9 @@ class Executor:
         plan, explain = self.plan, self.explain
         obligations = tuple(self.obligation_receipts[o.id] for o in sorted(plan.obligations, key=lambda o: o.id))
         operators = tuple(self.operator_receipts[k] for k in sorted(self.operator_receipts))
-        gaps: dict[str, Gap] = {}
+        gaps: dict[tuple[object, ...], Gap] = {}
         for gap in [g for o in obligations for g in o.gaps] + [g for op in operators for g in op.gaps]:
-            gaps[fingerprint(gap)] = gap
+            gaps[gap_key(gap)] = gap
         statuses = {s.value: sum(1 for o in obligations if o.status is s) for s in ObligationStatus}
         oppositions = [o.opposition_coverage for o in operators if o.opposition_coverage is not None]
         fps = explain.fingerprints
@@ -211,7 +222,13 @@ class Executor:
             return not_reached(self._ctx, node)
         event = self._running[node.node] = anyio.Event()
         try:
-            if isinstance(node, OperatorNode):
+            if isinstance(node, ScanNode | HybridNode) and self._legs.remaining_ms() <= 0:
+                # Past the legs' deadline a leaf reads nothing: recorded as not reached, cheaply,
+                # so that the thousands of leaves of a wide plan left then cost the run little.
+                self._legs.operational.refused += 1
+                outcome, receipt = not_started(self._ctx, node)
+                self.obligation_receipts[node.node] = receipt
+            elif isinstance(node, OperatorNode):
                 op = self.plan.operator(node.node)
                 assert op is not None, f"physical node {node.node} serves no operator"
                 outcome = await OPERATORS[node.op](node, op, self._ctx)
@@ -223,6 +240,12 @@ class Executor:
         finally:
             event.set()
         return outcome
+
+    def _moved(self, scope: anyio.CancelScope, legs: float, cut: float) -> None:
+        """The loop runs late: the legs stop starting, and the run is cut, earlier (``race.run.lateness``)."""
+        self._legs.move_deadline(legs)
+        self._cut = cut
+        scope.deadline = anyio.current_time() + (cut - time.monotonic())
 
     def _skip(self, node: PhysicalNode, why: str) -> None:
         """Remember why a parent did not run the obligations under ``node``; an obligation that

@@ -74,14 +74,16 @@ FUSION_SECONDS: ContextVar[list[float] | None] = ContextVar("race_fusion_seconds
 
 
 def _fuse(node: str, parts: Sequence[Outcome], spec: FusionSpec, *, top_k: int | None) -> Outcome:
-    items: dict[str, Item] = {}
+    views: dict[str, list[Item]] = {}
     inner: dict[str, list[Fusion]] = {}
     for part in parts:
         for item in part.items:
-            items[item.key] = items[item.key].merged(item) if item.key in items else item
+            views.setdefault(item.key, []).append(item)
             # A single input's rank is already in this fusion's ranks; deeper fusions are kept.
             if item.fusion is not None and item.fusion.method != "single":
                 inner.setdefault(item.key, []).append(item.fusion)
+    # Every view of one unit merged at once, in input order: linear in the inputs' items.
+    items = {key: Item.merged_all(found) for key, found in views.items()}
     live = [(part.node, part.ranking) for part in parts if part.items]
     if len(live) <= 1:
         ranking = list(live[0][1]) if live else []

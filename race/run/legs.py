@@ -106,6 +106,19 @@ class LegRunner:
         """The legs in flight, by label: what a run cut short was still waiting for."""
         self.failures: dict[str, list[Gap]] = {}
         """The gaps of the legs that failed, by obligation: what a run cut short still names."""
+        self._waits: dict[str, anyio.CancelScope] = {}
+        """The scope each running leg waits in, by label: a deadline moved earlier reaches them."""
+        self._cut_early: set[str] = set()
+
+    def move_deadline(self, deadline: float) -> None:
+        """Legs stop starting at ``deadline`` from now on, and the running ones stop waiting
+        then too (``race.run.lateness``): their gap is ``cancelled`` at the plan deadline."""
+        self.deadline = deadline
+        at = anyio.current_time() + (deadline - time.monotonic())
+        for label, scope in sorted(self._waits.items()):
+            if at < scope.deadline:
+                scope.deadline = at
+                self._cut_early.add(label)
 
     def remaining_ms(self) -> float:
         return (self.deadline - time.monotonic()) * 1000.0
@@ -185,7 +198,7 @@ class LegRunner:
         self.operational.calls[backend] = self.operational.calls.get(backend, 0) + 1
         # Kept when the run is cut short here: the cut names the legs it was still waiting for.
         self.running[label] = (obligation, scan)
-        result, failure = await self._call(adapter, scan, obligation, remaining)
+        result, failure = await self._call(adapter, scan, obligation, label, remaining)
         del self.running[label]
         elapsed = round((time.monotonic() - started) * 1000.0, 3)
         if result is None:
@@ -211,7 +224,7 @@ class LegRunner:
         return Answer(None, (*planned, gap(GapKind.RESOURCE_LIMITED, obligation, why, backend)))
 
     async def _call(
-        self, adapter: Adapter, scan: ScanNode, obligation: str, remaining_ms: float
+        self, adapter: Adapter, scan: ScanNode, obligation: str, label: str, remaining_ms: float
     ) -> tuple[ScanResult | None, Gap | None]:
         """One adapter call; every way it can fail is a gap."""
         backend = scan.request.backend
@@ -219,7 +232,11 @@ class LegRunner:
         timeout_ms = min(float(scan.deadline_ms), remaining_ms)
         try:
             with anyio.move_on_after(timeout_ms / 1000.0) as scope:
-                return await self._limited(backend, adapter, scan.request), None
+                self._waits[label] = scope
+                try:
+                    return await self._limited(backend, adapter, scan.request), None
+                finally:
+                    del self._waits[label]
         except TimeoutError as exc:
             # A replayed deadline carries the live run's verdict; replay never re-measures time.
             if hasattr(exc, "plan_bound"):
@@ -233,7 +250,7 @@ class LegRunner:
         except Exception as exc:
             return None, gap(GapKind.BACKEND_ERROR, obligation, f"{scan.rsc}: {failure_detail(exc)}", backend)
         assert scope.cancelled_caught
-        return None, self._deadline_gap(scan, obligation, plan_bound)
+        return None, self._deadline_gap(scan, obligation, plan_bound or label in self._cut_early)
 
     def deadline_gap(self, scan: ScanNode, obligation: str) -> Gap:
         """The gap of a leg still in flight when the run was cut short at the plan deadline."""

@@ -195,14 +195,14 @@ def _items(
     items: list[Item] = []
     checks: list[Gap] = []
     for key in order:
-        item: Item | None = None
+        views: list[Item] = []
         for i in inputs:
             hit = i.hits.get(key)
             if hit is None or i.scores.scores.get(key) is None:
                 continue
-            one = _input_item(i, hit, ctx, checks)
-            item = one if item is None else item.merged(one)
-        assert item is not None, f"{key} has a score but no hit"
+            views.append(_input_item(i, hit, ctx, checks))
+        assert views, f"{key} has a score but no hit"
+        item = Item.merged_all(views)
         fusion = Fusion(
             method="score_sum",
             node=union,

@@ -42,13 +42,13 @@ def sufficient(child: PhysicalNode, outcome: Outcome, min_hits: int, ctx: RunCon
 
 def concat(node: str, outcomes: Sequence[Outcome]) -> Outcome:
     """Every stage's items in stage order; an item found again keeps its first position."""
-    items: dict[str, Item] = {}
+    views: dict[str, list[Item]] = {}
     for outcome in outcomes:
         for item in outcome.items:
-            items[item.key] = items[item.key].merged(item) if item.key in items else item
+            views.setdefault(item.key, []).append(item)
     return Outcome(
         node,
-        tuple(items.values()),
+        tuple(Item.merged_all(found) for found in views.values()),
         weakest(*(o.coverage for o in outcomes)) if outcomes else SearchCoverage.UNKNOWN,
         weakest_closure(*(o.closure for o in outcomes)) if outcomes else SupportClosure.PARTIAL,
         tuple(g for o in outcomes for g in o.gaps),

@@ -1,0 +1,48 @@
+"""The reserves a run keeps back grow with how late its event loop runs (operational only).
+
+The legs stop starting at the legs' deadline and the executor stops evaluating at its cut
+(``race.planning.RunClock``); what comes after each (combining what was read; recording the
+nodes not reached and building the receipt) is budgeted for a loop that wakes on time. On a
+busy machine every step of it starts late by as much as the loop does. So, for the length of
+a run, a ticker watches how late the loop wakes, and both instants move earlier by the largest
+lateness seen so far: each reserve grows by it, to at most ``MAX_GROWTH`` times its size.
+Nothing here enters the normalized receipt; a run whose legs were refused for want of time is
+never cached (``Executor.limited``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import anyio
+
+TICK_S = 0.01
+"""How often the ticker wakes: 100 times a second, a few microseconds of the loop each."""
+MAX_GROWTH = 4.0
+"""The largest a reserve grows, as a multiple of its size on an idle machine."""
+
+
+class Lateness:
+    """The legs' deadline and the cut of one run, moved earlier as its loop runs late."""
+
+    def __init__(self, *, legs: float, cut: float, end: float) -> None:
+        self.legs, self.cut, self.end = legs, cut, end
+        self.late_s = 0.0
+        """The largest lateness of a wake-up seen so far in the run."""
+
+    def moved(self) -> tuple[float, float]:
+        """The legs' deadline and the cut for the lateness seen so far."""
+        receipt, combine = self.end - self.cut, self.cut - self.legs
+        cut = self.cut - min(self.late_s, (MAX_GROWTH - 1.0) * receipt)
+        return cut - min(combine + self.late_s, MAX_GROWTH * combine), cut
+
+    async def watch(self, moved: Callable[[float, float], None]) -> None:
+        """Tick until cancelled; on each new largest lateness, tell ``moved`` the new instants."""
+        while True:
+            started = time.monotonic()
+            await anyio.sleep(TICK_S)
+            late = time.monotonic() - started - TICK_S
+            if late > self.late_s:
+                self.late_s = late
+                moved(*self.moved())
