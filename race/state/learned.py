@@ -6,8 +6,9 @@ the cache, not the backend): the table's rows and the filters' selectivity the p
 the candidates it expected, the hits, the time, the model calls. ``race plan --stats FILE`` and
 ``Engine.open(..., statistics=load_learned(FILE))`` plan with them. What a leg that calls the
 embedding model took beyond the part of its estimate that follows its candidates is taken for its
-model calls: their median per call becomes the cost of a model call, for every contract that
-makes one (a query embedding costs the same whichever vector contract asks for it). Each
+model calls: the least, over the contracts, of each one's median per call becomes the cost of a
+model call, for every contract that makes one (a query embedding costs the same whichever vector
+contract asks for it; what one contract takes beyond that is its own). Each
 observed contract's base latency becomes the median of what its scans took beyond their
 candidates and model calls, and where its scans took less than their candidates were priced at,
 its price per candidate is scaled down by the share they took (median); a contract never
@@ -108,9 +109,17 @@ class LearnedStatistics(Record):
         return fingerprint(list(self.observations))
 
     def model_call_ms(self) -> float | None:
-        """The median time per model call of the legs that made one, beyond their candidates."""
-        per_call = [(o.ms - o.candidate_ms) / o.model_calls for o in self.observations if o.model_calls > 0]
-        return round(max(stats_module.median(per_call), 0.0), 3) if per_call else None
+        """The time of one model call: per contract, the median time per call its legs took
+        beyond their candidates; the least of these over the contracts (a query embedding costs
+        the same whichever contract asks for it, and what one contract takes beyond it is its
+        own: a slow scan is not a slow model)."""
+        by_rsc: dict[str, list[float]] = {}
+        for o in self.observations:
+            if o.model_calls > 0:
+                by_rsc.setdefault(o.rsc, []).append((o.ms - o.candidate_ms) / o.model_calls)
+        if not by_rsc:
+            return None
+        return round(max(min(stats_module.median(v) for v in by_rsc.values()), 0.0), 3)
 
     def summary(self) -> tuple[ContractSummary, ...]:
         model_ms = self.model_call_ms() or 0.0
