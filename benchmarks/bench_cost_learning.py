@@ -6,13 +6,16 @@ and a LanceDB leg fused by RRF, the legs the planner chooses) can take its vecto
 ``lancedb.exact_matrix``, ``lancedb.ann_prefilter`` or ``lancedb.ann_postfilter``
 (``lancedb.flat_prefilter`` is estimated at seconds and is not measured).
 
-1. **Record.** One run with ``record_stats`` (what ``race run --record-stats FILE`` does) of
-   ``--record`` queries for each alternative, forced with ``allow_contracts``: every contract
-   the planner weighs is observed once per query.
+1. **Record.** After ``--warm`` warm-up queries through each alternative (not recorded: the
+   first ANN searches of a process load the IVF partitions they probe), one run with
+   ``record_stats`` (what ``race run --record-stats FILE`` does) of ``--record`` queries for
+   each alternative (each its own texts), forced with ``allow_contracts``: every contract the
+   planner weighs is observed.
 2. **Plan.** The hybrid planned with the index's contracts alone (the priors) and planned with
    the recorded statistics (``Engine(..., statistics=load_learned(FILE))``): the alternative
    chosen and every alternative's estimate under both.
-3. **Measure.** Fresh query texts, interleaved query by query: each forced alternative, the
+3. **Measure.** Fresh query texts (each row its own: LanceDB keeps the IVF partitions a query
+   vector probed warm for the next leg with that vector), interleaved query by query: each forced alternative, the
    hybrid as planned on priors and as planned with the statistics; p50/p95 of ``Engine.run``
    (plan, scans, fusion, receipt), caches (and kept query vectors) emptied before every run.
 
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--queries", type=int, default=40, help="measured queries per row (after 3 warm-up)")
     parser.add_argument("--record", type=int, default=10, help="queries per alternative in the recording run")
+    parser.add_argument("--warm", type=int, default=10, help="warm-up queries per alternative before recording")
     parser.add_argument("--priors", choices=("hand", "repo"), default="hand", help="the priors planned on before")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -142,15 +146,26 @@ def main(argv: list[str] | None = None) -> int:
     embedder = SyntheticEmbedder(mixture(SEED), SEED)
     with priors_in(folder, HAND_PRIORS if args.priors == "hand" else repo_priors()):
         priors = local_engine(folder, embedder)
-        recorder = local_engine(folder, embedder)
+    # The recording engine shares the adapters (and LanceDB's caches) of the measured one.
+    recorder = Engine(priors.adapters)
     stats_file = Path(tempfile.mkdtemp(prefix="race-learn-")) / "stats.jsonl"
     recorder.record_stats = stats_file
-    record_texts = pool.queries(args.record, SEED + 101)
+    # Every alternative its own query texts: LanceDB keeps the IVF partitions one query vector
+    # probed, so a second ANN leg with the same vector reads them warm (measured: 20 ms against
+    # 200 ms for the first), which the same text through every alternative would hide.
+    record_texts = {leg: pool.queries(args.record, SEED + 101 + i) for i, leg in enumerate(VECTOR_LEGS)}
+
+    warm_texts = {leg: pool.queries(args.warm, SEED + 151 + i) for i, leg in enumerate(VECTOR_LEGS)}
 
     async def record() -> None:
-        for n, text in enumerate(record_texts):
+        # Warm-up, not recorded: LanceDB loads the IVF partitions it probes as queries come, and
+        # the first ANN searches of a process take 200-1000 ms where later ones take 40-100 ms.
+        for n in range(args.warm):
+            for leg in VECTOR_LEGS:
+                await run_once(priors, forced(leg, warm_texts[leg][n]))
+        for n in range(args.record):
             for leg in VECTOR_LEGS[n % len(VECTOR_LEGS) :] + VECTOR_LEGS[: n % len(VECTOR_LEGS)]:
-                await run_once(recorder, forced(leg, text))
+                await run_once(recorder, forced(leg, record_texts[leg][n]))
 
     anyio.run(record)
     learned_stats = load_learned(stats_file)
@@ -162,13 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     rows["planned, priors"] = (priors, None)
     rows["planned, after one --record-stats run"] = (learned, None)
     times: dict[str, list[float]] = {name: [] for name in rows}
-    texts = pool.queries(args.queries + 3, SEED + 303)
+    texts = {name: pool.queries(args.queries + 3, SEED + 303 + i) for i, name in enumerate(rows)}
 
     async def measure() -> None:
         names = list(rows)
-        for n, text in enumerate(texts):
+        for n in range(args.queries + 3):
             for name in names[n % len(names) :] + names[: n % len(names)]:
                 engine, leg = rows[name]
+                text = texts[name][n]
                 ms = await run_once(engine, forced(leg, text) if leg else plan_for("hybrid", text))
                 if n >= 3:
                     times[name].append(ms)
@@ -185,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": ROWS,
         "queries": args.queries,
         "record_queries_per_alternative": args.record,
+        "warm_queries_per_alternative": args.warm,
         "observations": len(learned_stats.observations),
         "statistics_digest": learned_stats.digest,
         "load_before": [round(v, 2) for v in load_before],
@@ -214,7 +231,8 @@ def render(r: dict[str, Any]) -> str:
         f"Priors: {PRIOR_NAMES[r['priors']]}.",
         "",
         f"{r['rows']:,} rows (growth index: real text, synthetic vectors), k=10, `Engine.run` p50/p95 over "
-        f"{r['queries']} fresh queries per row, interleaved, caches emptied; recording run: "
+        f"{r['queries']} fresh queries per row (each row its own texts), interleaved, caches emptied; after "
+        f"{r['warm_queries_per_alternative']} warm-up queries per alternative, a recording run: "
         f"{r['record_queries_per_alternative']} queries x {len(VECTOR_LEGS)} forced alternatives "
         f"({r['observations']} observations). Load average before/after: "
         f"{' '.join(map(str, r['load_before']))} / {' '.join(map(str, r['load_after']))}.",
