@@ -7,13 +7,13 @@ counted the estimate is conservative and the explain says it was a guess.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
 from typing import Annotated
 
 from pydantic import Field
 
-from rsc import BackendStatistics, CanonicalFloat, Contract, CoverageClaim, Filter, FilterOp, Record, fingerprint
+from planner.access import candidates_of, kind_of
+from rsc import BackendStatistics, CanonicalFloat, Contract, CoverageClaim, Filter, FilterOp, Query, Record, fingerprint
 
 DEFAULT_ROWS = 1_000
 UNKNOWN_SELECTIVITY = 0.5
@@ -123,22 +123,23 @@ def base_latency(contract: Contract, stats: Statistics) -> tuple[float, float | 
 
 
 def estimate_scan(
-    contract: Contract, *, k: int, pushed: Sequence[Filter], stats: Statistics, residual: Sequence[Filter] = ()
+    contract: Contract,
+    *,
+    k: int,
+    pushed: Sequence[Filter],
+    stats: Statistics,
+    residual: Sequence[Filter] = (),
+    query: Query | None = None,
 ) -> Estimate:
+    """A scan's expected cost: its candidates counted by its access kind (``planner.access``),
+    priced by the contract's priors (the per-candidate price scaled by learned statistics)."""
     backend_stats = stats.backends.get(contract.backend)
     rows = backend_stats.rows if backend_stats and backend_stats.rows else DEFAULT_ROWS
     sel, basis = selectivity(backend_stats, pushed)
     if not (backend_stats and backend_stats.rows):
         basis = f"no row count, assumed {DEFAULT_ROWS} rows; {basis}"
-    if contract.coverage.claim is CoverageClaim.APPROXIMATE:
-        # An ANN probe touches a roughly constant slice of the table; a filter it must honour
-        # makes it search further for k survivors.
-        probe = max(k * 10.0, 10.0 * math.sqrt(rows))
-        candidates = min(float(rows), probe / max(sel, 1e-3) ** 0.5)
-        access = "ANN probe max(10k, 10 sqrt(rows)) / sqrt(selectivity)"
-    else:
-        candidates = max(1.0, rows * sel)
-        access = "exact scan: rows x selectivity"
+    found = candidates_of(contract, rows=rows, sel=sel, k=k, stats=backend_stats, query=query)
+    candidates, access = found.candidates, found.how
     if residual:
         # A filter applied after the top-k keeps only a fraction of what the scan reads: to
         # expect k survivors it must read k / that fraction, or come back short.
@@ -148,7 +149,17 @@ def estimate_scan(
         access = f"{access}, / postfilter selectivity for k survivors"
     base, measured = base_latency(contract, stats)
     latency = f"base latency {base:g} ms ({'measured' if measured is not None else 'contract prior'})"
-    cost = base + candidates * contract.cost.per_candidate_us / 1000.0 + contract.model_calls * stats.model_call_ms
+    if found.round_trips != 1:
+        latency = f"{found.round_trips} round trips x {latency}"
+    scale = price_scale(contract, stats)
+    if scale != 1.0:
+        latency += f"; price per candidate x {scale:g} (learned)"
+    cost = (
+        found.round_trips * base
+        + candidates * contract.cost.per_candidate_us * scale / 1000.0
+        + found.hits * contract.cost.per_hit_us / 1000.0
+        + contract.model_calls * stats.model_call_ms
+    )
     return Estimate(
         rows=rows,
         selectivity=sel,
@@ -158,6 +169,12 @@ def estimate_scan(
         access=access,
         latency=latency,
     )
+
+
+def price_scale(contract: Contract, stats: Statistics) -> float:
+    """What learned statistics multiply the contract's prior price per candidate by (1 unlearned)."""
+    backend_stats = stats.backends.get(contract.backend)
+    return backend_stats.price_scale.get(contract.rsc_id, 1.0) if backend_stats else 1.0
 
 
 class CostModel:
@@ -171,7 +188,7 @@ class CostModel:
 
     def __init__(self, stats: Statistics) -> None:
         self.stats = stats
-        self._estimates: dict[tuple[str, int, Hashable], Estimate] = {}
+        self._estimates: dict[tuple[str, int, Hashable, Query | None], Estimate] = {}
 
     def estimate(
         self,
@@ -182,12 +199,19 @@ class CostModel:
         residual: tuple[Filter, ...] = (),
         ref: str = "",
         key: Hashable = None,
+        query: Query | None = None,
     ) -> Estimate:
-        by_k = contract.coverage.claim is CoverageClaim.APPROXIMATE or bool(residual)
-        entry = (ref or contract.ref, k if by_k else 0, (pushed, residual) if key is None else key)
+        walk = kind_of(contract) == "graph"
+        by_k = contract.coverage.claim is CoverageClaim.APPROXIMATE or bool(residual) or walk
+        entry = (
+            ref or contract.ref,
+            k if by_k else 0,
+            (pushed, residual) if key is None else key,
+            query if walk else None,
+        )
         found = self._estimates.get(entry)
         if found is None:
             found = self._estimates[entry] = estimate_scan(
-                contract, k=k, pushed=pushed, residual=residual, stats=self.stats
+                contract, k=k, pushed=pushed, residual=residual, stats=self.stats, query=query
             )
         return found

@@ -215,7 +215,14 @@ def _scan(
     recall = ""
     if contract is not None:
         # The estimate the scan was costed with, made again from the same inputs (the planner is pure).
-        est = estimate_scan(contract, k=request.k, pushed=request.pushed, residual=request.residual, stats=statistics)
+        est = estimate_scan(
+            contract,
+            k=request.k,
+            pushed=request.pushed,
+            residual=request.residual,
+            stats=statistics,
+            query=request.query,
+        )
         candidates, rows = est.candidates, float(min(request.k, est.candidates))
         table_rows, selectivity = est.rows, est.selectivity
         base = base_latency(contract, statistics)[0]

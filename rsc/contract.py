@@ -101,13 +101,28 @@ class EarlyStopSpec(Record):
     """The backend scores given evidence keys exactly, independently of the other keys asked for."""
 
 
+AccessKind = Literal["exact", "ann", "graph", "remote"]
+"""How a contract's candidates follow from its index: ``exact`` rows x selectivity, ``ann`` the
+rows in the probed partitions, ``graph`` the nodes a walk is expected to reach (degree
+statistics), ``remote`` one round trip per scan plus the server's candidates."""
+
+
 class CostHints(Record):
     """Priors for the cost model, replaced by measured statistics when there are any (I2)."""
 
     base_latency_ms: Annotated[CanonicalFloat, Field(ge=0.0)] = 1.0
-    """The prior for a call's fixed latency, in milliseconds."""
+    """The prior for a call's fixed latency (for ``remote``, a round trip's), in milliseconds."""
     per_candidate_us: Annotated[CanonicalFloat, Field(ge=0.0)] = 1.0
-    """The prior for each candidate's cost, in microseconds."""
+    """The prior for each candidate's cost (row scanned, vector compared, node reached), in microseconds."""
+    kind: AccessKind | None = Field(default=None, exclude_if=lambda value: value is None)
+    """How candidates are counted; absent, it follows the coverage claim and the backend."""
+    per_hit_us: Annotated[CanonicalFloat, Field(ge=0.0)] = Field(default=0.0, exclude_if=lambda value: not value)
+    """The prior for each hit returned (a graph hit carries custody and a node read), in microseconds."""
+    max_hops: Annotated[int, Field(ge=0, le=8)] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """For ``graph``: the hops a walk of this contract takes at most (0 a lookup, 1 neighbours);
+    absent, the query pattern's depth."""
+    source: str = Field(default="", exclude_if=lambda value: not value)
+    """Where the priors were measured (benchmark, machine load, date), or empty for hand-set ones."""
 
 
 class Contract(Record):

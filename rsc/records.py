@@ -313,3 +313,9 @@ class BackendStatistics(Record):
     rows: Annotated[int, Field(ge=0)]
     value_counts: dict[str, dict[str, int]] = Field(default_factory=dict)
     latency_ms: dict[str, CanonicalFloat] = Field(default_factory=dict)
+    price_scale: dict[str, CanonicalFloat] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """Per contract, what learned statistics multiply its prior price per candidate by (runs
+    that took less than their candidates were priced at)."""
+    access: dict[str, CanonicalFloat] = Field(default_factory=dict, exclude_if=lambda value: not value)
+    """Index facts the cost model counts candidates with: ``ann_partitions``, ``ann_probes``
+    (IVF), ``mean_degree`` (graph edges per node, one direction)."""

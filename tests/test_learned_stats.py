@@ -177,3 +177,37 @@ def test_record_stats_into_a_missing_folder_is_bad_input(tmp_path: Path, capsys:
     captured = capsys.readouterr()
     assert captured.out == "" and "--record-stats" in captured.err
     assert not target.parent.exists()
+
+
+def test_a_scan_faster_than_its_candidates_were_priced_scales_their_price() -> None:
+    """The 1M-row case: an exact scan priced 400 ms by its candidates took 160 ms. Its base
+    latency cannot go below zero, so the price per candidate takes the difference, and the
+    estimate made again from the same inputs is what the scans took (median)."""
+    from planner import Statistics, estimate_scan
+    from race.engine import known_contracts
+    from rsc import BackendStatistics
+
+    [matrix] = [c for c in known_contracts() if c.rsc_id == "lancedb.exact_matrix"]
+    rows = 1_000_000
+    prior = rows * matrix.cost.per_candidate_us / 1000.0
+    lines = [
+        _observation(matrix.ref, ms, rows=rows, candidates=rows, candidate_ms=prior, k=10)
+        for ms in (0.4 * prior, 0.5 * prior, 0.6 * prior)
+    ]
+    learned = _learned(*lines)
+    [summary] = learned.summary()
+    assert summary.base_ms == 0.0 and summary.price_scale == pytest.approx(0.5, abs=1e-4)
+    base = Statistics(backends={"lancedb": BackendStatistics(backend="lancedb", rows=rows)})
+    stats = learned.apply(base)
+    assert stats.backends["lancedb"].price_scale == {"lancedb.exact_matrix": pytest.approx(0.5, abs=1e-4)}
+    before = estimate_scan(matrix, k=10, pushed=(), stats=base)
+    after = estimate_scan(matrix, k=10, pushed=(), stats=stats)
+    assert after.candidates == before.candidates == rows
+    expected = 0.5 * prior + matrix.model_calls * stats.model_call_ms
+    assert after.cost_ms == pytest.approx(expected, rel=1e-3)
+    assert "price per candidate x 0.5 (learned)" in after.latency
+    # A scan slower than its candidates' price keeps the price and learns the base instead.
+    slow = _learned(_observation(matrix.ref, prior + 7.0, rows=rows, candidates=rows, candidate_ms=prior))
+    [item] = slow.summary()
+    assert item.price_scale == 1.0 and item.base_ms == pytest.approx(7.0, abs=1e-3)
+    assert slow.apply(base).backends["lancedb"].price_scale == {}

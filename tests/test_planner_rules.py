@@ -64,48 +64,64 @@ def _rule(explain: Explain, logical: str, rule: str) -> Any:
 # -- OrderCascadeByCost ---------------------------------------------------------------------
 
 
-def test_equivalent_stages_run_cheapest_first_and_the_revision_is_explained() -> None:
+def test_equivalent_stages_run_stronger_reach_first_and_the_revision_is_explained() -> None:
     explain = _compile(_plan(CASCADE))
     root = explain.physical
     assert isinstance(root, OperatorNode) and root.node == "advisory-by-id"
     assert [c.node for c in root.children] == ["via-exact", "via-graph"]  # plan order is via-graph first
     chosen = _rule(explain, "advisory-by-id", "OrderCascadeByCost")
     plain = _rule(explain, "advisory-by-id", "ImplementOperator")
-    assert chosen.chosen and chosen.cost < plain.cost
-    assert plain.rejected_because and "OrderCascadeByCost" in plain.rejected_because[0]
-    # Each stage keeps its own chosen implementation, so the cascade keeps its coverage.
-    assert chosen.reach == plain.reach
     stages = {c.node: c for c in root.children}
-    for stage in ("via-exact", "via-graph"):
-        scan = stages[stage]
-        assert isinstance(scan, ScanNode)
-        assert scan.reach.rank >= SearchCoverage.HEURISTIC.rank
+    exact, graph = stages["via-exact"], stages["via-graph"]
+    assert isinstance(exact, ScanNode) and isinstance(graph, ScanNode)
+    # The graph lookup is estimated cheaper, but tantivy.exact reaches further: it runs first,
+    # as it did when it was also the cheaper one, so the cascade answers with the same coverage.
+    assert graph.cost < exact.cost
+    assert exact.reach.rank > graph.reach.rank >= SearchCoverage.HEURISTIC.rank
+    assert chosen.chosen and not plain.eligible
+    assert "stage via-graph (reach bounded_structural) would run before" in plain.rejected_because[0]
+    assert chosen.reach == plain.reach
     [revision] = [r for r in explain.revisions if r.rule == "OrderCascadeByCost"]
     assert revision.logical == "advisory-by-id" and revision.group == 1
-    assert "via-exact" in revision.detail and "plan order via-graph, via-exact" in revision.detail
+    assert "in order of reach (stronger first), then expected cost: via-exact" in revision.detail
+    assert "plan order via-graph, via-exact" in revision.detail
     text = render_text(explain)
-    assert "G1 advisory-by-id: OrderCascadeByCost: equivalent cascade stages run in order of expected cost" in text
-    assert "revision: equivalent cascade stages" in text
+    assert "G1 advisory-by-id: OrderCascadeByCost: equivalent cascade stages run in order of reach" in text
 
 
-def test_no_reorder_when_the_plan_order_is_already_cheapest() -> None:
+def test_no_reorder_when_the_plan_order_already_runs_the_stronger_stage_first() -> None:
     plan = _plan(CASCADE)
     plan["operators"][0]["inputs"] = ["via-exact", "via-graph"]
     explain = _compile(plan)
     alt = _rule(explain, "advisory-by-id", "OrderCascadeByCost")
-    assert not alt.eligible and alt.rejected_because == ("stages are already in order of expected cost",)
+    assert not alt.eligible
+    assert alt.rejected_because == ("stages are already in order of reach (stronger first), then expected cost",)
     assert _rule(explain, "advisory-by-id", "ImplementOperator").chosen
     assert not [r for r in explain.revisions if r.rule == "OrderCascadeByCost"]
 
 
-def test_statistics_decide_the_order() -> None:
-    # Measured latency makes tantivy.exact the dearer stage: the plan order stands.
+def test_statistics_never_run_a_weaker_stage_first() -> None:
+    # Measured latency makes tantivy.exact the dearer stage by far: it still runs first, since
+    # the graph lookup reaches less (statistics choose; they never lower coverage, I2).
     slow_exact = Statistics(
         backends={"tantivy": BackendStatistics(backend="tantivy", rows=213, latency_ms={"tantivy.exact": 40.0})}
     )
     explain = _compile(_plan(CASCADE), stats=slow_exact)
     assert isinstance(explain.physical, OperatorNode)
-    assert [c.node for c in explain.physical.children] == ["via-graph", "via-exact"]
+    assert [c.node for c in explain.physical.children] == ["via-exact", "via-graph"]
+    assert _rule(explain, "advisory-by-id", "OrderCascadeByCost").chosen
+    assert not _rule(explain, "advisory-by-id", "ImplementOperator").eligible
+
+
+def test_statistics_order_stages_of_equal_reach() -> None:
+    # Both stages through tantivy.exact (one reach): measured latency alone cannot reorder
+    # them, the plan order stands and costs decide nothing else.
+    plan = _plan(CASCADE)
+    plan["obligations"][0]["allow_contracts"] = ["tantivy.exact"]
+    plan["obligations"][0].pop("strategy")
+    explain = _compile(plan)
+    alt = _rule(explain, "advisory-by-id", "OrderCascadeByCost")
+    assert alt.rejected_because == ("stages are already in order of expected cost",)
     assert _rule(explain, "advisory-by-id", "ImplementOperator").chosen
 
 
@@ -168,18 +184,21 @@ def test_reordered_cascade_runs_in_the_new_order_and_the_receipt_says_so(engine:
     assert again.normalized_bytes() == receipt.normalized_bytes()
 
 
-def test_reorder_changes_which_stage_runs_not_what_is_claimed(engine: Engine) -> None:
-    """Against the plan order, forced by statistics: same evidence set, same coverage claim."""
+def test_hostile_statistics_change_no_stage_order_nor_evidence(engine: Engine) -> None:
+    """Statistics that make the stronger stage absurdly slow: the same stage runs, the same
+    evidence and the same coverage come back (the receipt's bytes differ only by the
+    statistics' fingerprint)."""
     slow_exact = Statistics(
         backends={"tantivy": BackendStatistics(backend="tantivy", rows=213, latency_ms={"tantivy.exact": 40.0})}
     )
-    plain = Engine(engine.adapters, statistics=slow_exact).run_sync(CASCADE)
-    reordered = engine.run_sync(CASCADE)
-    by_id = {o.id: o for o in plain.obligations}
-    assert by_id["via-graph"].status is ObligationStatus.SATISFIED
-    assert by_id["via-exact"].status is ObligationStatus.NOT_ATTEMPTED
-    assert plain.coverage.statuses == reordered.coverage.statuses
-    assert reordered.operators[0].search_coverage.rank >= plain.operators[0].search_coverage.rank
+    hostile = Engine(engine.adapters, statistics=slow_exact).run_sync(CASCADE)
+    default = engine.run_sync(CASCADE)
+    by_id = {o.id: o for o in hostile.obligations}
+    assert by_id["via-exact"].status is ObligationStatus.SATISFIED
+    assert by_id["via-graph"].status is ObligationStatus.NOT_ATTEMPTED
+    assert hostile.coverage.statuses == default.coverage.statuses
+    assert hostile.operators[0].search_coverage == default.operators[0].search_coverage
+    assert [e.model_dump() for e in hostile.evidence] == [e.model_dump() for e in default.evidence]
 
 
 # -- selectivity-driven choice --------------------------------------------------------------
@@ -337,4 +356,7 @@ def test_a_hybrids_vector_leg_is_chosen_by_its_own_cost_at_every_scale(rows: int
         bm25 = next(
             a for a in _group(explain, "q").alternatives if a.rsc.startswith("tantivy.bm25") and " + " not in a.rsc
         )
-        assert bm25.cost < 10.0
+        ann = next(a for a in _group(explain, "q").alternatives if a.rsc.startswith(dense))
+        exact = next(a for a in _group(explain, "q").alternatives if a.rsc.startswith("lancedb.exact_matrix"))
+        # The lexical leg is cheaper than either vector leg, so it hides neither's cost.
+        assert bm25.cost < ann.cost < exact.cost

@@ -184,7 +184,10 @@ class GraphAdapter(Adapter):
                     counts.setdefault(field, {}).setdefault(value, 0)
                     counts[field][value] += 1
         ordered = {f: dict(sorted(v.items())) for f, v in sorted(counts.items())}
-        return BackendStatistics(backend=self.backend, rows=graph.number_of_nodes(), value_counts=ordered)
+        nodes = graph.number_of_nodes()
+        # Edges per node in one direction: what a walk's expected reach grows by per hop.
+        degree = {"mean_degree": round(graph.number_of_edges() / nodes, 6)} if nodes else {}
+        return BackendStatistics(backend=self.backend, rows=nodes, value_counts=ordered, access=degree)
 
     # -- source dependence, for the runtime ---------------------------------------------------
 

@@ -44,7 +44,7 @@ from backends.ingest.schema import FieldType
 from backends.lancedb.build import build_table, with_embedder
 from backends.lancedb.build import chunk_text as chunk_text  # backends/milvus imports it from here
 from backends.lancedb.exact import EXACT_DIR, MODE_EXACT
-from backends.lancedb.manifest import read_lance_manifest, write_facts
+from backends.lancedb.manifest import ann_facts, read_lance_manifest, write_facts
 from backends.lancedb.matrix_store import MatrixStore, exact_result, lance_hits, truncation_gaps
 from backends.lancedb.query import (
     _CHUNK_COLUMNS,
@@ -182,7 +182,9 @@ class LanceAdapter(LanceSnapshots):
                 continue
             pairs = column.value_counts().to_pylist()
             counts[name] = {str(p["values"]): int(p["counts"]) for p in sorted(pairs, key=lambda p: str(p["values"]))}
-        stats = BackendStatistics(backend=self.backend, rows=snap.rows, value_counts=counts)
+        stats = BackendStatistics(
+            backend=self.backend, rows=snap.rows, value_counts=counts, access=ann_facts(self._manifest)
+        )
         self._stats = (snap.manifest, stats)
         if self._pin is None:
             # What ``LanceIndex`` answers planning with, for as long as this version is the latest.

@@ -35,6 +35,7 @@ from backends.lancedb.manifest import (
     MANIFEST,
     TABLE,
     _stamp,
+    ann_facts,
     generation_of,
     manifest_digest,
     next_manifest,
@@ -220,7 +221,9 @@ class LanceIndex(Adapter):
         facts = self._held[3] if self._held is not None else self._latest_facts()
         if facts is not None:
             try:
-                return BackendStatistics.model_validate(facts["statistics"])
+                stats = BackendStatistics.model_validate(facts["statistics"])
+                # Facts kept before the statistics carried the IVF facts: they are the manifest's.
+                return stats if stats.access else stats.model_copy(update={"access": ann_facts(self._manifest)})
             except ValueError:  # pydantic's ValidationError among them: the table answers
                 pass
         return self._table().statistics()

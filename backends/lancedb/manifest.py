@@ -104,3 +104,14 @@ def read_lance_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int, int
     stamp = _stamp(manifest_path)
     manifest: dict[str, Any] = read_json(manifest_path.read_bytes(), where=str(manifest_path), error=IndexMissingError)
     return manifest, stamp
+
+
+def ann_facts(manifest: dict[str, Any]) -> dict[str, float]:
+    """The IVF facts the cost model counts an ANN scan's candidates with (the partitions of the
+    table's vector index and the ones a scan probes), from the table's manifest."""
+    ann = manifest.get("ann_index") or {}
+    try:
+        partitions, probes = int(ann["num_partitions"]), int(ann["nprobes"])
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return {"ann_partitions": float(partitions), "ann_probes": float(min(probes, partitions))} if partitions > 0 else {}

@@ -58,7 +58,9 @@ def hybrid_rrf(group: GroupContext) -> tuple[Alternative, ...]:
         if m.rsc not in built:
             contract = group.contract(m.rsc)
             tr = group.matcher.translation(contract, ob.hard_filters)
-            est = group.cost_model.estimate(contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, key=tr)
+            est = group.cost_model.estimate(
+                contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, key=tr, query=ob.query
+            )
             built[m.rsc] = build_scan(
                 group,
                 m.rsc,

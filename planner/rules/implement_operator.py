@@ -6,8 +6,9 @@ from functools import lru_cache
 from typing import Literal
 
 from planner.memo import Alternative, GroupContext
-from planner.operators import LogicalOperator, RefineOp, UnionOp
+from planner.operators import CascadeOp, LogicalOperator, RefineOp, UnionOp
 from planner.physical import RRF, EarlyStopVerdict, FusionSpec, OperatorNode, ScanNode, verdict_of
+from planner.rules.cascade_stages import weaker_stage_first
 from rsc import Contract, OperatorKind, ScoreKind, SearchCoverage, weakest
 
 RULE = "ImplementOperator"
@@ -48,13 +49,16 @@ def implement_operator(group: GroupContext) -> tuple[Alternative, ...]:
         fusion=fusion,
         early_stop=verdict,
     )
+    # The plan order of equivalent cascade stages never runs a weaker one before a stronger one.
+    weaker_first = weaker_stage_first(op, group) if isinstance(op, CascadeOp) else None
     return (
         Alternative(
             rule=RULE,
             cost=round(cost, 6),
             reach=reach,
             model_calls=sum(c.model_calls for c in chosen),
-            eligible=True,
+            eligible=weaker_first is None,
+            rejected_because=(weaker_first,) if weaker_first else (),
             early_stop=verdict,
             implementation=node,
         ),

@@ -1,9 +1,11 @@
-"""OrderCascadeByCost: a cascade of equivalent stages run cheapest first.
+"""OrderCascadeByCost: a cascade of equivalent stages run strongest reach first, then cheapest.
 
 A cascade runs its next stage only when the previous one was insufficient. When every
 stage is the same obligation in all but the contracts it may use (``allow_contracts``, a
 strategy or a deadline), any stage can go first without changing what the cascade asks
-for, so the stage whose chosen implementation is expected to be cheapest should. This is a
+for; the stage whose chosen implementation reaches the strongest coverage goes first (a cheaper,
+weaker stage that sufficed would lower what the receipt covers), and among stages of equal
+reach the one expected to be cheapest. This is a
 physical revision: the stages keep their chosen implementations, so every obligation keeps
 its required coverage; a stage without one (unsatisfiable, or short of its required
 coverage) stops the revision. Stages that are not equivalent are never reordered, and the
@@ -13,26 +15,13 @@ rejected alternative says which fields differ.
 from __future__ import annotations
 
 from planner.memo import Alternative, GroupContext
-from planner.operators import CascadeOp, Obligation
+from planner.operators import CascadeOp
 from planner.physical import OperatorNode, UnsatisfiableNode
+from planner.rules.cascade_stages import not_equivalent, reach_first_order
 from planner.rules.implement_operator import early_stop_verdict
 from rsc import OperatorKind, weakest
 
 RULE = "OrderCascadeByCost"
-
-# What makes two stages the same request; they may differ only in how they are served.
-EQUIVALENCE_FIELDS = (
-    "kind",
-    "query",
-    "query_class",
-    "hard_filters",
-    "soft_filters",
-    "k",
-    "freshness",
-    "egress",
-    "mandatory",
-    "required_coverage",
-)
 
 
 def order_cascade_by_cost(group: GroupContext) -> tuple[Alternative, ...]:
@@ -42,7 +31,7 @@ def order_cascade_by_cost(group: GroupContext) -> tuple[Alternative, ...]:
     children = [group.chosen_children[i] for i in op.inputs]
     costs = [c.cost for c in children]
     in_plan_order = costs[0] + 0.5 * sum(costs[1:])
-    reasons = _not_equivalent(op, group)
+    reasons = not_equivalent(op, group)
     if not reasons:
         for stage, child in zip(op.inputs, children, strict=True):
             ob = group.obligation_of(stage)
@@ -50,9 +39,17 @@ def order_cascade_by_cost(group: GroupContext) -> tuple[Alternative, ...]:
             if isinstance(child.implementation, UnsatisfiableNode) or child.reach.rank < ob.required_coverage.rank:
                 required = ob.required_coverage.value
                 reasons.append(f"stage {stage} has no implementation reaching its required {required}")
-    order = sorted(range(len(children)), key=lambda i: (costs[i], i))
+    # A stage of stronger reach runs before a weaker one whatever they cost: the first stage
+    # that suffices answers, so running a cheaper, weaker one first would lower what the
+    # receipt covers where the plan order kept it. Costs order stages of equal reach.
+    by_cost = sorted(range(len(children)), key=lambda i: (costs[i], i))
+    order = reach_first_order(children)
+    by_reach = order != by_cost
     if not reasons and order == list(range(len(children))):
-        reasons.append("stages are already in order of expected cost")
+        if by_reach:
+            reasons.append("stages are already in order of reach (stronger first), then expected cost")
+        else:
+            reasons.append("stages are already in order of expected cost")
     if reasons:
         return (
             Alternative(
@@ -77,7 +74,8 @@ def order_cascade_by_cost(group: GroupContext) -> tuple[Alternative, ...]:
             model_calls=sum(c.model_calls for c in children),
             eligible=True,
             early_stop=verdict,
-            revision=f"equivalent cascade stages run in order of expected cost: {stages}"
+            revision=f"equivalent cascade stages run in order of {'reach (stronger first), then ' if by_reach else ''}"
+            f"expected cost: {stages}"
             f" (plan order {', '.join(op.inputs)}); every stage keeps its implementation and required coverage",
             implementation=OperatorNode(
                 node=op.id,
@@ -88,19 +86,3 @@ def order_cascade_by_cost(group: GroupContext) -> tuple[Alternative, ...]:
             ),
         ),
     )
-
-
-def _not_equivalent(op: CascadeOp, group: GroupContext) -> list[str]:
-    stages: list[Obligation] = []
-    for stage in op.inputs:
-        ob = group.obligation_of(stage)
-        if ob is None:
-            return [f"stage {stage} is an operator, not an obligation"]
-        stages.append(ob)
-    first = stages[0]
-    reasons = []
-    for ob in stages[1:]:
-        differ = [name for name in EQUIVALENCE_FIELDS if getattr(ob, name) != getattr(first, name)]
-        if differ:
-            reasons.append(f"stage {ob.id} differs from {first.id} in {', '.join(differ)}")
-    return reasons

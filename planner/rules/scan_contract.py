@@ -41,7 +41,7 @@ def scan_contract(group: GroupContext) -> tuple[Alternative, ...]:
         verdict = group.matcher.check(ob, contract)
         tr = verdict.translation
         est = group.cost_model.estimate(
-            contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr
+            contract, k=ob.k, pushed=tr.pushed, residual=tr.residual, ref=verdict.ref, key=tr, query=ob.query
         )
         expected = expected_recall(contract, tr.pushed + tr.residual, group)
         short = recall_shortfall(ob.min_recall, contract, expected)

@@ -6,10 +6,13 @@ the cache, not the backend): the table's rows and the filters' selectivity the p
 the candidates it expected, the hits, the time, the model calls. ``race plan --stats FILE`` and
 ``Engine.open(..., statistics=load_learned(FILE))`` plan with them. What a leg that calls the
 embedding model took beyond the part of its estimate that follows its candidates is taken for its
-model calls: their median per call becomes the cost of a model call, for every contract that
-makes one (a query embedding costs the same whichever vector contract asks for it). Each
+model calls: the least, over the contracts, of each one's median per call becomes the cost of a
+model call, for every contract that makes one (a query embedding costs the same whichever vector
+contract asks for it; what one contract takes beyond that is its own). Each
 observed contract's base latency becomes the median of what its scans took beyond their
-candidates and model calls; a contract never observed keeps its prior. Like every statistic
+candidates and model calls, and where its scans took less than their candidates were priced at,
+its price per candidate is scaled down by the share they took (median); a contract never
+observed keeps its prior. Like every statistic
 they only choose among alternatives that keep each obligation's required coverage (I2); their
 digest enters the statistics fingerprint and the physical-plan fingerprint.
 """
@@ -88,6 +91,9 @@ class ContractSummary(Record):
     model_calls_median: CanonicalFloat
     base_ms: CanonicalFloat
     """The base latency the cost model is given: the median time beyond candidates and model calls."""
+    price_scale: CanonicalFloat = 1.0
+    """What the contract's prior price per candidate is multiplied by: the median, over its scans,
+    of the share of their candidates' estimated time they took (1 where they took all of it)."""
 
 
 class LearnedStatistics(Record):
@@ -103,9 +109,17 @@ class LearnedStatistics(Record):
         return fingerprint(list(self.observations))
 
     def model_call_ms(self) -> float | None:
-        """The median time per model call of the legs that made one, beyond their candidates."""
-        per_call = [(o.ms - o.candidate_ms) / o.model_calls for o in self.observations if o.model_calls > 0]
-        return round(max(stats_module.median(per_call), 0.0), 3) if per_call else None
+        """The time of one model call: per contract, the median time per call its legs took
+        beyond their candidates; the least of these over the contracts (a query embedding costs
+        the same whichever contract asks for it, and what one contract takes beyond it is its
+        own: a slow scan is not a slow model)."""
+        by_rsc: dict[str, list[float]] = {}
+        for o in self.observations:
+            if o.model_calls > 0:
+                by_rsc.setdefault(o.rsc, []).append((o.ms - o.candidate_ms) / o.model_calls)
+        if not by_rsc:
+            return None
+        return round(max(min(stats_module.median(v) for v in by_rsc.values()), 0.0), 3)
 
     def summary(self) -> tuple[ContractSummary, ...]:
         model_ms = self.model_call_ms() or 0.0
@@ -114,6 +128,7 @@ class LearnedStatistics(Record):
             by_rsc.setdefault(obs.rsc, []).append(obs)
         out = []
         for rsc, found in sorted(by_rsc.items()):
+            parts = [_split(o, model_ms) for o in found]
             out.append(
                 ContractSummary(
                     rsc=rsc,
@@ -124,27 +139,42 @@ class LearnedStatistics(Record):
                     hits_median=stats_module.median(o.hits for o in found),
                     candidates_median=stats_module.median(o.candidates for o in found),
                     model_calls_median=stats_module.median(o.model_calls for o in found),
-                    base_ms=round(
-                        stats_module.median(max(o.ms - o.candidate_ms - o.model_calls * model_ms, 0.0) for o in found),
-                        3,
-                    ),
+                    base_ms=round(stats_module.median(base for base, _ in parts), 3),
+                    price_scale=round(stats_module.median(scale for _, scale in parts), 4),
                 )
             )
         return tuple(out)
 
     def apply(self, stats: Statistics) -> Statistics:
-        """``stats`` with each observed contract's base latency replaced by the learned one, and
-        the learned digest recorded (it then enters the physical-plan fingerprint)."""
+        """``stats`` with each observed contract's base latency replaced by the learned one, its
+        price per candidate scaled by the learned share, and the learned digest recorded (it then
+        enters the physical-plan fingerprint)."""
         backends = dict(stats.backends)
         for item in self.summary():
             known = backends.get(item.backend) or BackendStatistics(backend=item.backend, rows=0)
-            latency = {**known.latency_ms, item.rsc.split("@", 1)[0]: item.base_ms}
-            backends[item.backend] = known.model_copy(update={"latency_ms": dict(sorted(latency.items()))})
+            rsc_id = item.rsc.split("@", 1)[0]
+            latency = {**known.latency_ms, rsc_id: item.base_ms}
+            scales = {k: v for k, v in known.price_scale.items() if k != rsc_id}
+            if item.price_scale != 1.0:
+                scales[rsc_id] = item.price_scale
+            backends[item.backend] = known.model_copy(
+                update={"latency_ms": dict(sorted(latency.items())), "price_scale": dict(sorted(scales.items()))}
+            )
         model_ms = self.model_call_ms()
         update: dict[str, object] = {"backends": dict(sorted(backends.items())), "learned": self.digest}
         if model_ms is not None:
             update["model_call_ms"] = model_ms
         return stats.model_copy(update=update)
+
+
+def _split(obs: Observation, model_ms: float) -> tuple[float, float]:
+    """(base latency, price scale) that account for one scan's time beyond its model calls
+    exactly: what exceeds the candidates' estimated time is base latency; a scan that took less
+    than its candidates were priced at had no base to speak of and scales their price down."""
+    spent = max(obs.ms - obs.model_calls * model_ms, 0.0)
+    if spent >= obs.candidate_ms or obs.candidate_ms <= 0.0:
+        return spent - obs.candidate_ms if obs.candidate_ms > 0.0 else spent, 1.0
+    return 0.0, spent / obs.candidate_ms
 
 
 def observations_of(analysis: Analysis) -> list[Observation]:
@@ -264,12 +294,13 @@ def summary_text(learned: LearnedStatistics, summaries: Iterable[ContractSummary
         f"statistics  {learned.source}: {len(learned.observations)} observations, digest {learned.digest}",
         f"model call  {_or_prior(learned.model_call_ms())}",
         "",
-        f"{'contract':<34} {'n':>4} {'ms med':>9} {'ms max':>9} {'hits':>5} {'cand':>9} {'model':>5} {'base ms':>9}",
+        f"{'contract':<34} {'n':>4} {'ms med':>9} {'ms max':>9} {'hits':>5} {'cand':>9} {'model':>5} {'base ms':>9}"
+        f" {'price x':>7}",
     ]
     for s in summaries:
         lines.append(
             f"{s.rsc:<34} {s.observations:>4} {s.ms_median:>9g} {s.ms_max:>9g} {s.hits_median:>5g}"
-            f" {s.candidates_median:>9g} {s.model_calls_median:>5g} {s.base_ms:>9g}"
+            f" {s.candidates_median:>9g} {s.model_calls_median:>5g} {s.base_ms:>9g} {s.price_scale:>7g}"
         )
     return "\n".join(lines) + "\n"
 
