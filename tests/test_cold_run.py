@@ -124,7 +124,7 @@ def test_a_changed_corpus_file_rebuilds_the_bundled_index(
     monkeypatch.setattr(indexing, "build_index", build)
     # No stamp yet: the index is checked against the corpus (the same content), and stamped.
     assert bundled.ensure_bundled_index(cache) == target and builds == []
-    stamp = json.loads(bundled.stamp_path(target).read_text())
+    stamp = _stamp(target)
     assert stamp == bundled.corpus_stamp(corpus)
     # A matching stamp: opened without loading the corpus at all.
     monkeypatch.setattr("backends.load_corpus", lambda *a, **k: pytest.fail("the corpus was loaded"))
@@ -138,4 +138,53 @@ def test_a_changed_corpus_file_rebuilds_the_bundled_index(
     assert bundled.corpus_stamp(corpus) != stamp
     assert bundled.ensure_bundled_index(cache) == target
     assert builds == [corpus]
-    assert json.loads(bundled.stamp_path(target).read_text()) == bundled.corpus_stamp(corpus)
+    assert _stamp(target) == bundled.corpus_stamp(corpus)
+
+
+def _stamp(target: Path) -> dict[str, str]:
+    """The stamp without the manifest digest that ties it to the index it was written for."""
+    recorded = json.loads(bundled.stamp_path(target).read_text())
+    assert recorded.pop("manifest") == bundled._manifest_digest(target)
+    return dict(recorded)
+
+
+def test_the_stamp_follows_the_index_and_never_blesses_an_incomplete_one(
+    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    target = bundled.bundled_index_dir(cache)
+    shutil.copytree(index_dir, target)
+    builds: list[Path] = []
+    monkeypatch.setattr(indexing, "build_index", lambda corpus, out, **_: builds.append(corpus))
+    assert bundled.ensure_bundled_index(cache) == target and builds == []
+    assert bundled.stamp_path(target).is_file()
+    # The index was rebuilt since the stamp was written (by another version sharing the cache):
+    # the stamp no longer vouches for it, and the index is checked again (here: still fresh).
+    manifest = target / indexing.MANIFEST
+    manifest.write_bytes(manifest.read_bytes() + b"\n")
+    assert not bundled._stamp_matches(target, bundled.corpus_stamp(bundled.BUNDLED_CORPUS))
+    assert bundled.ensure_bundled_index(cache) == target and builds == []
+    assert bundled._stamp_matches(target, bundled.corpus_stamp(bundled.BUNDLED_CORPUS))
+    # A build without the embedding model is lexical only: no stamp, so the next start checks
+    # (and completes) it once the model is there.
+    shutil.rmtree(target / "lancedb")
+    bundled.stamp_path(target).unlink()
+    assert bundled.ensure_bundled_index(cache) == target and builds == [bundled.BUNDLED_CORPUS]
+    assert not bundled.stamp_path(target).exists()
+
+
+def test_a_stamp_that_cannot_be_written_costs_nothing_but_the_check(
+    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    target = bundled.bundled_index_dir(cache)
+    shutil.copytree(index_dir, target)
+    builds: list[Path] = []
+    monkeypatch.setattr(indexing, "build_index", lambda corpus, out, **_: builds.append(corpus))
+
+    def read_only(*_: Any, **__: Any) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(bundled.tempfile, "mkstemp", read_only)
+    assert bundled.ensure_bundled_index(cache) == target and builds == []
+    assert not bundled.stamp_path(target).exists()

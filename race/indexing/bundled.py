@@ -5,15 +5,20 @@ Whether the cached index is fresh is decided from a stamp beside it
 into a corpus (``backends/ingest``) and of the RACE version. A matching stamp opens the cached
 index without importing the ingest and indexing modules (a cold ``race run --index bundled``
 pays for neither); a missing or stale stamp checks the index as before, rebuilds it when the
-corpus changed, and writes the stamp afresh.
+corpus changed, and writes the stamp afresh. The stamp also holds the digest of the index's
+manifest, so an index rebuilt since (by another version sharing the cache) is checked again,
+and it is written only for a complete index: one built without the embedding model is
+lexical only and is checked, and completed, at the next start.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from race.version import __version__
@@ -31,6 +36,7 @@ FIXTURES = _fixtures()
 BUNDLED_CORPUS = FIXTURES / "corpus"
 SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
 STAMP_SCHEMA = "race.fixture-index-stamp/1"
+_log = logging.getLogger(__name__)
 _INGEST_CODE = Path(__file__).resolve().parents[2] / "backends" / "ingest"
 """The code that turns the corpus files into a corpus: part of what the stamp is of."""
 
@@ -72,21 +78,40 @@ def corpus_stamp(corpus: Path) -> dict[str, str]:
     }
 
 
+def _manifest_digest(target: Path) -> str | None:
+    """sha256 of the cached index's manifest: ties a stamp to the index it was written for."""
+    from race.indexing.indexing import MANIFEST
+
+    try:
+        return "sha256:" + hashlib.sha256((target / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _stamp_matches(target: Path, stamp: dict[str, str]) -> bool:
     try:
         recorded = json.loads(stamp_path(target).read_bytes())
     except (OSError, ValueError):
         return False
-    from race.indexing.indexing import MANIFEST
-
-    return bool(recorded == stamp and (target / MANIFEST).is_file())
+    if not isinstance(recorded, dict) or recorded.pop("manifest", None) != _manifest_digest(target):
+        return False  # the index was rebuilt (by another version, say) since the stamp was written
+    return bool(recorded == stamp)
 
 
 def _write_stamp(target: Path, stamp: dict[str, str]) -> None:
+    """Best effort: a stamp that cannot be written (a read-only cache) only costs the next
+    start the check it saves."""
+    manifest = _manifest_digest(target)
+    if manifest is None:
+        return
     path = stamp_path(target)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(stamp, sort_keys=True, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(json.dumps({**stamp, "manifest": manifest}, sort_keys=True, indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log.debug("bundled index stamp not written at %s: %s", path, exc)
 
 
 def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -> Path:
@@ -101,16 +126,18 @@ def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -
     stamp_path(target).unlink(missing_ok=True)  # a build killed half-way leaves no stamp
     revision = load_corpus(BUNDLED_CORPUS).revision
     try:
-        if read_manifest(target).get("corpus_revision") == revision and _complete(target):
-            _write_stamp(target, stamp)
-            return target
-    except Exception:
-        pass
+        fresh = read_manifest(target).get("corpus_revision") == revision and _complete(target)
+    except Exception:  # no index yet, or one this version cannot read: built afresh below
+        fresh = False
+    if fresh:
+        _write_stamp(target, stamp)
+        return target
     if not quiet:
         print(f"indexing the bundled fixture corpus into {target}", file=sys.stderr)
     # Without the embedding model the index is lexical only (a cold start), and the notice says so.
     build_index(BUNDLED_CORPUS, target, notice=None if quiet else _notice)
-    _write_stamp(target, stamp)
+    if _complete(target):  # a lexical-only build (no model installed) is checked again next time
+        _write_stamp(target, stamp)
     return target
 
 

@@ -59,14 +59,6 @@ def cut_short(
     return done.get(root.node) or failed_outcome(root.node, (gap(GapKind.RESOURCE_LIMITED, root.node, why),))
 
 
-def not_started(ctx: RunContext, node: PhysicalNode) -> tuple[Outcome, ObligationReceipt]:
-    """A leaf met after the legs' deadline: it reads nothing (not even the cache), and its
-    outcome and receipt say it was not reached, at a fraction of a leaf's usual cost."""
-    ob = ctx.obligation(node.node)
-    missed = gap(GapKind.RESOURCE_LIMITED, ob.id, _not_reached(ctx))
-    return failed_outcome(ob.id, (missed,)), _unreached_receipt(ob, missed)
-
-
 def _unreached_receipt(ob: Obligation, missed: Gap) -> ObligationReceipt:
     # What ``receipt`` makes of a failed outcome with this one gap, built without validating
     # known values again: a wide plan's unreached nodes cost the run little.

@@ -18,7 +18,7 @@ from functools import partial
 import anyio
 
 from backends.base import Adapter
-from planner import Explain, HybridNode, LogicalPlan, OperatorNode, PhysicalNode, ScanNode, walk
+from planner import Explain, LogicalPlan, OperatorNode, PhysicalNode, walk
 from race.receipt import (
     CoverageSummary,
     EvidenceItem,
@@ -32,7 +32,7 @@ from race.receipt import (
 )
 from race.receipt import Lineage as ReceiptLineage
 from race.run.context import RunContext
-from race.run.deadline import cut_short, not_reached, not_started
+from race.run.deadline import cut_short, not_reached
 from race.run.detached import CallPool
 from race.run.freshness import Lineage
 from race.run.fusion import FUSION_SECONDS
@@ -222,13 +222,7 @@ class Executor:
             return not_reached(self._ctx, node)
         event = self._running[node.node] = anyio.Event()
         try:
-            if isinstance(node, ScanNode | HybridNode) and self._legs.remaining_ms() <= 0:
-                # Past the legs' deadline a leaf reads nothing: recorded as not reached, cheaply,
-                # so that the thousands of leaves of a wide plan left then cost the run little.
-                self._legs.operational.refused += 1
-                outcome, receipt = not_started(self._ctx, node)
-                self.obligation_receipts[node.node] = receipt
-            elif isinstance(node, OperatorNode):
+            if isinstance(node, OperatorNode):
                 op = self.plan.operator(node.node)
                 assert op is not None, f"physical node {node.node} serves no operator"
                 outcome = await OPERATORS[node.op](node, op, self._ctx)
