@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import ray  # the race[ray] extra, which `make` installs
 
@@ -101,7 +102,20 @@ class _KilledMidQuery(WrappedAdapter):
             # The others' answers are in: what they scanned is done before this shard dies.
             await other.actor.generation.remote()
         self.inner.kill()
+        await _dead(self.inner)
         return await self.inner.scan(request)
+
+
+async def _dead(shard: RayShard) -> None:
+    """Until the killed actor stops answering: ``ray.kill`` is delivered asynchronously, and a
+    call sent at once may still be answered on a busy machine."""
+    for _ in range(1200):
+        try:
+            await shard.actor.generation.remote()
+        except ray.exceptions.RayActorError:
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError("the killed shard actor still answers after 60 s")
 
 
 async def test_a_killed_shard_actor_is_shard_unavailable_with_the_covered_fraction(
