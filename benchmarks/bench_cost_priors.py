@@ -19,19 +19,32 @@ stub):
   100k nodes, mean degree 3): ``graph.traverse`` 1 to 3 hops from single seeds with k=10
   (candidates: the nodes reached), the price per hit from k=10000 against k=10 on the same
   seeds, ``graph.identity`` as its base;
+* ``exact`` and ``ann`` on Milvus — ``milvus.flat_prefilter`` (a FLAT collection) and
+  ``milvus.ann_filtered`` (an HNSW collection, M=16, efConstruction=200), milvus-lite through
+  pymilvus, over the growth benchmark's seeded rows and vectors at 2k, 5k and 10k rows,
+  unfiltered and with the same ``doc_type`` filters, ``--milvus-queries`` queries per point (after a
+  warm-up one), each scan by the adapter pinned to the collection's generation as a run
+  pins it: the filtered search, the count of the rows the filter keeps and the generation check
+  after it, which reads every row (about 0.2 ms a row here, so the time follows the rows more
+  than the candidates and larger tables would take minutes). FLAT candidates rows x
+  selectivity; HNSW candidates the count ``planner.access`` gives an ANN contract without IVF
+  facts (it has no notion of HNSW graph search): max(10k, 10 sqrt(rows)) / sqrt(selectivity),
+  capped at the rows;
 * ``remote`` — not re-measured here: the round trip and per-row prices are the least-squares
   fit of ``benchmarks/bench_remote.py`` (``results/remote.md``) on this machine.
 
 ``--write`` puts the priors into ``backends/*/rsc/*.json`` with ``source`` naming this benchmark,
-the date and the load average. Results: ``benchmarks/out/cost_priors.json`` and ``.md``.
+the date and the load average; ``--only milvus`` measures (and writes) the Milvus contracts
+alone. Results: ``benchmarks/out/cost_priors.json`` and ``.md``.
 
-    nice -n 10 .venv/bin/python -m benchmarks.bench_cost_priors [--queries N] [--write]
+    nice -n 10 .venv/bin/python -m benchmarks.bench_cost_priors [--queries N] [--only milvus] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -45,10 +58,23 @@ import numpy as np
 
 from backends import Adapter
 from backends.graph import GraphAdapter
+from backends.ingest.corpus import Corpus
+from backends.ingest.schema import default_schema
 from backends.lancedb.adapter import LanceAdapter
 from backends.tantivy.adapter import TantivyAdapter
 from benchmarks.bench_graph_expansion import synthetic_graph
-from benchmarks.growth_index import BLOCK, DOC_TYPES, SyntheticEmbedder, TextPool, ensure_index, mixture, text_sources
+from benchmarks.growth_index import (
+    BLOCK,
+    DOC_TYPES,
+    SyntheticEmbedder,
+    TextPool,
+    block_chunks,
+    block_vectors,
+    ensure_index,
+    mixture,
+    text_sources,
+)
+from planner.access import candidates_of
 from rsc import Filter, GraphPattern, Query, ScanRequest
 
 OUT = Path(__file__).parent / "out"
@@ -56,6 +82,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path("/tmp/race-bench-growth")
 SEED = 7
 SCALES = (10_000, 1_000_000)
+MILVUS_SCALES = (2_000, 5_000, 10_000)
+MILVUS_CACHE = Path("/tmp/race-bench-milvus")
+MILVUS = {"FLAT": "milvus.flat_prefilter", "HNSW": "milvus.ann_filtered"}
+"""The contract each collection's index type serves."""
 PROBES = (1 / 64, 1 / 16, 1 / 8)
 """Shares of the IVF partitions probed (the indexes probe 1/16 at 1M: 63 of 1000)."""
 REMOTE = {
@@ -70,6 +100,8 @@ VERSIONS = {
     "tantivy.exact": ("1.1.0", "exact_id"),
     "graph.identity": ("1.0.0", "graph_identity"),
     "graph.traverse": ("1.0.0", "graph_khop"),
+    "milvus.flat_prefilter": ("1.0.0", "milvus_flat"),
+    "milvus.ann_filtered": ("1.0.0", "milvus_ann"),
 }
 
 
@@ -118,11 +150,7 @@ async def scan_table(
     found: dict[str, dict[float, list[float]]],
 ) -> None:
     """Every table scan of one scale, query by query, the first three as warm-up."""
-    filters: dict[float, tuple[Filter, ...]] = {
-        1.0: (),
-        0.3: (Filter(field="doc_type", op="in", values=list(DOC_TYPES[:3])),),
-        0.1: (Filter(field="doc_type", value=DOC_TYPES[3]),),
-    }
+    filters = doc_type_filters()
     ids = [f"c{i:07d}" for i in random.Random(SEED).sample(range(rows), len(texts))]
     partitions = lance.statistics().access.get("ann_partitions", 0.0)
 
@@ -162,6 +190,65 @@ def measure_tables(pool: TextPool, queries: int, log: Any) -> dict[str, Any]:
     return {rsc: medians(samples) for rsc, samples in by_contract.items()}
 
 
+def doc_type_filters() -> dict[float, tuple[Filter, ...]]:
+    return {
+        1.0: (),
+        0.3: (Filter(field="doc_type", op="in", values=list(DOC_TYPES[:3])),),
+        0.1: (Filter(field="doc_type", value=DOC_TYPES[3]),),
+    }
+
+
+def milvus_candidates(rsc: str, rows: int, sel: float) -> float:
+    """The candidates ``planner.access`` counts for the contract (k=10, no index facts)."""
+    from backends.milvus import MilvusAdapter
+
+    contract = next(c for c in MilvusAdapter.contracts() if c.rsc_id == rsc)
+    return candidates_of(contract, rows=rows, sel=sel, k=10, stats=None, query=None).candidates
+
+
+def measure_milvus(pool: TextPool, queries: int, log: Any) -> dict[str, Any]:
+    """Both Milvus contracts on milvus-lite collections of the growth benchmark's rows."""
+    from milvus_lite import server_manager_instance
+
+    from backends.milvus import MilvusAdapter
+    from backends.milvus.adapter import LITE_FILE
+
+    mix = mixture(SEED)
+    embedder = SyntheticEmbedder(mix, SEED)
+    texts = pool.queries(queries + 1, SEED + 13)
+    found: dict[str, dict[float, list[float]]] = {}
+    for rows in MILVUS_SCALES:
+        blocks = range(math.ceil(rows / BLOCK))
+        chunks = tuple(c for b in blocks for c in block_chunks(pool, b, SEED))[:rows]
+        vectors = np.concatenate([block_vectors(mix, b, SEED) for b in blocks])[:rows]
+        corpus = Corpus.model_construct(
+            root="synthetic", revision=f"bench-milvus-{SEED}-{rows}", chunks=chunks, edges=(),
+            corpus_schema=default_schema(),
+        )  # fmt: skip
+        for index_type, rsc in MILVUS.items():
+            folder = MILVUS_CACHE / f"{index_type.lower()}-{rows}"
+            started = time.perf_counter()
+            MilvusAdapter.build(corpus, folder, embedder=embedder, index_type=index_type, vectors=vectors)
+            built = time.perf_counter() - started
+            adapter = MilvusAdapter.open(folder, embedder=embedder)
+            try:
+                pinned = adapter.pinned(adapter.generation())
+
+                async def run(pinned: Adapter = pinned, rsc: str = rsc, rows: int = rows) -> None:
+                    for n, text in enumerate(texts):
+                        for sel, pushed in doc_type_filters().items():
+                            ms, _ = await timed(pinned, request(rsc, Query(text=text), 10, pushed))
+                            if n >= 1:
+                                found.setdefault(rsc, {}).setdefault(milvus_candidates(rsc, rows, sel), []).append(ms)
+
+                anyio.run(run)
+            finally:
+                adapter.close()
+                server_manager_instance.release_server(str(folder / MilvusAdapter.backend / LITE_FILE))
+            log(f"  milvus {index_type} {rows} rows: built in {built:.1f} s, measured")
+    return {rsc: medians(samples) for rsc, samples in found.items()}
+
+
 def measure_graph(seeds: int, log: Any) -> dict[str, Any]:
     graph = synthetic_graph(100_000, 300_000, SEED)
     adapter = GraphAdapter.from_graph(graph, corpus_revision=f"synthetic-{SEED}")
@@ -196,6 +283,14 @@ def measure_graph(seeds: int, log: Any) -> dict[str, Any]:
         "per_hit_us": float(np.median(per_hit)) if per_hit else 0.0,
         "mean_degree": graph.number_of_edges() / graph.number_of_nodes(),
     }
+
+
+def milvus_priors(milvus: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for rsc, kind in (("milvus.flat_prefilter", "exact"), ("milvus.ann_filtered", "ann")):
+        base, price = fit(milvus[rsc])
+        out[rsc] = {"kind": kind, "base_latency_ms": base, "per_candidate_us": price, "points": milvus[rsc]}
+    return out
 
 
 def priors(tables: dict[str, Any], graph: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -243,7 +338,8 @@ def render(report: dict[str, Any]) -> str:
         "# Cost priors per access kind, measured on this machine",
         "",
         f"{report['machine']}; load average before/after {report['load_before']} / {report['load_after']}; "
-        f"{report['queries']} queries per point (median), adapters' scans only (no planning).",
+        f"{report['queries']} queries per point (median; Milvus {report.get('milvus_queries', 5)}), "
+        "adapters' scans only (no planning).",
         "",
         "| contract | kind | base ms | µs a candidate | µs a hit | points (candidates, median ms) |",
         "|---|---|---:|---:|---:|---|",
@@ -255,8 +351,9 @@ def render(report: dict[str, Any]) -> str:
             f"| {rsc} | {p['kind']} | {p['base_latency_ms']:.3f} | {p['per_candidate_us']:.3g} | "
             f"{p.get('per_hit_us', 0):.3g} | {shown} |"
         )
-    degree = report["graph_mean_degree"]
-    lines += ["", f"Graph: {degree:.2f} edges a node; walks of 1-3 hops fitted over the nodes reached."]
+    degree = report.get("graph_mean_degree")
+    if degree is not None:
+        lines += ["", f"Graph: {degree:.2f} edges a node; walks of 1-3 hops fitted over the nodes reached."]
     return "\n".join(lines) + "\n"
 
 
@@ -264,13 +361,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_cost_priors", description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--write", action="store_true", help="write the priors into backends/*/rsc/*.json")
+    parser.add_argument("--milvus-queries", type=int, default=5, help="queries per Milvus point (each reads every row)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--only", choices=("milvus",), help="measure (and write) only these contracts")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     pool = TextPool(text_sources())
-    tables = measure_tables(pool, args.queries, print)
-    graph = measure_graph(args.queries, print)
-    found = priors(tables, graph)
+    found: dict[str, dict[str, Any]] = {}
+    graph: dict[str, Any] = {}
+    if args.only is None:
+        tables = measure_tables(pool, args.queries, print)
+        graph = measure_graph(args.queries, print)
+        found.update(priors(tables, graph))
+    found.update(milvus_priors(measure_milvus(pool, args.milvus_queries, print)))
     load_after = os.getloadavg()
     day = time.strftime("%Y-%m-%d", time.gmtime())
     load = f"{load_before[0]:.1f}-{load_after[0]:.1f}"
@@ -279,11 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         "schema_version": "race.bench/1",
         "benchmark": "cost_priors",
         "queries": args.queries,
+        "milvus_queries": args.milvus_queries,
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_before": [round(v, 2) for v in load_before],
         "load_after": [round(v, 2) for v in load_after],
         "priors": found,
-        "graph_mean_degree": graph["mean_degree"],
+        "graph_mean_degree": graph.get("mean_degree"),
         "source": source,
     }
     if args.write:

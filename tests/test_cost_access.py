@@ -31,7 +31,9 @@ def test_every_contract_has_a_kind_and_measured_priors_name_their_source() -> No
     assert kinds["lancedb.exact_matrix"] == "exact" and kinds["lancedb.ann_prefilter"] == "ann"
     assert kinds["graph.traverse"] == "graph" and kinds["tantivy.bm25"] == "exact"
     assert kind_of(_contract("remote.bm25")) == "remote"
-    for rsc_id in ("lancedb.exact_matrix", "lancedb.ann_prefilter", "tantivy.bm25", "graph.traverse"):
+    assert kind_of(_contract("milvus.flat_prefilter")) == "exact" and kind_of(_contract("milvus.ann_filtered")) == "ann"
+    measured = ("lancedb.exact_matrix", "lancedb.ann_prefilter", "tantivy.bm25", "graph.traverse")
+    for rsc_id in (*measured, "milvus.flat_prefilter", "milvus.ann_filtered"):
         assert _contract(rsc_id).cost.source.startswith("benchmarks/bench_cost_priors.py")
     assert _contract("remote.exact").cost.source.startswith("benchmarks/bench_remote.py")
 
