@@ -148,14 +148,22 @@ def _stamp(target: Path) -> dict[str, str]:
     return dict(recorded)
 
 
-def test_the_stamp_follows_the_index_and_never_blesses_an_incomplete_one(
-    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def cached(index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Path]]:
+    """A cache dir holding a copy of the session's bundled index, unstamped, and the list of
+    corpora ``build_index`` is asked to build (it builds nothing)."""
     cache = tmp_path / "cache"
     target = bundled.bundled_index_dir(cache)
     shutil.copytree(index_dir, target)
     builds: list[Path] = []
     monkeypatch.setattr(indexing, "build_index", lambda corpus, out, **_: builds.append(corpus))
+    return cache, target, builds
+
+
+def test_the_stamp_follows_the_index_and_never_blesses_an_incomplete_one(
+    cached: tuple[Path, Path, list[Path]],
+) -> None:
+    cache, target, builds = cached
     assert bundled.ensure_bundled_index(cache) == target and builds == []
     assert bundled.stamp_path(target).is_file()
     # The index was rebuilt since the stamp was written (by another version sharing the cache):
@@ -174,13 +182,9 @@ def test_the_stamp_follows_the_index_and_never_blesses_an_incomplete_one(
 
 
 def test_a_stamp_that_cannot_be_written_costs_nothing_but_the_check(
-    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cached: tuple[Path, Path, list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = tmp_path / "cache"
-    target = bundled.bundled_index_dir(cache)
-    shutil.copytree(index_dir, target)
-    builds: list[Path] = []
-    monkeypatch.setattr(indexing, "build_index", lambda corpus, out, **_: builds.append(corpus))
+    cache, target, builds = cached
 
     def read_only(*_: Any, **__: Any) -> None:
         raise PermissionError(13, "Permission denied")
