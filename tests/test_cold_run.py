@@ -115,6 +115,7 @@ def test_a_changed_corpus_file_rebuilds_the_bundled_index(
     cache = tmp_path / "cache"
     target = bundled.bundled_index_dir(cache)
     shutil.copytree(index_dir, target)
+    _move_root(target, corpus)  # the copy's index names the copied corpus, as a build of it would
     monkeypatch.setattr(bundled, "BUNDLED_CORPUS", corpus)
     builds: list[Path] = []
 
@@ -139,6 +140,12 @@ def test_a_changed_corpus_file_rebuilds_the_bundled_index(
     assert bundled.ensure_bundled_index(cache) == target
     assert builds == [corpus]
     assert _stamp(target) == bundled.corpus_stamp(corpus)
+
+
+def _move_root(target: Path, corpus: Path) -> None:
+    manifest = target / indexing.MANIFEST
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "corpus_root": str(corpus.resolve())}, indent=1, sort_keys=True) + "\n")
 
 
 def _stamp(target: Path) -> dict[str, str]:
@@ -179,6 +186,35 @@ def test_the_stamp_follows_the_index_and_never_blesses_an_incomplete_one(
     bundled.stamp_path(target).unlink()
     assert bundled.ensure_bundled_index(cache) == target and builds == [bundled.BUNDLED_CORPUS]
     assert not bundled.stamp_path(target).exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("build_code", "sha256:" + "0" * 64), ("corpus_root", "/elsewhere/fixtures/corpus"), ("build_code", None)],
+    ids=["other-code", "other-checkout", "before-provenance"],
+)
+def test_an_index_built_by_other_code_or_from_another_checkout_is_rebuilt(
+    cached: tuple[Path, Path, list[Path]], field: str, value: str | None
+) -> None:
+    # A cache shared with another version or checkout: the index there holds that code's
+    # contracts and facts, or names that checkout's files in every receipt. Stamped or not, it
+    # is not reused.
+    cache, target, builds = cached
+    assert bundled.ensure_bundled_index(cache) == target and builds == []  # the session's own: stamped
+    manifest = target / indexing.MANIFEST
+    data = json.loads(manifest.read_text())
+    data.pop(field) if value is None else data.update({field: value})
+    manifest.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    assert bundled.ensure_bundled_index(cache) == target and builds == [bundled.BUNDLED_CORPUS]
+
+
+def test_a_stamp_of_other_code_or_another_checkout_does_not_match(cached: tuple[Path, Path, list[Path]]) -> None:
+    cache, target, _ = cached
+    bundled.ensure_bundled_index(cache)
+    stamp = bundled.corpus_stamp(bundled.BUNDLED_CORPUS)
+    assert bundled._stamp_matches(target, stamp)
+    assert not bundled._stamp_matches(target, {**stamp, "build_code": "sha256:" + "0" * 64})
+    assert not bundled._stamp_matches(target, {**stamp, "corpus_root": "/elsewhere/fixtures/corpus"})
 
 
 def test_a_stamp_that_cannot_be_written_costs_nothing_but_the_check(

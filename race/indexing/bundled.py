@@ -1,14 +1,16 @@
 """The bundled fixture corpus, and its index cached under the user's cache directory.
 
 Whether the cached index is fresh is decided from a stamp beside it
-(``fixture-index.corpus.json``): a digest of the corpus files, of the code that reads them
-into a corpus (``backends/ingest``) and of the RACE version. A matching stamp opens the cached
-index without importing the ingest and indexing modules (a cold ``race run --index bundled``
-pays for neither); a missing or stale stamp checks the index as before, rebuilds it when the
-corpus changed, and writes the stamp afresh. The stamp also holds the digest of the index's
-manifest, so an index rebuilt since (by another version sharing the cache) is checked again,
-and it is written only for a complete index: one built without the embedding model is
-lexical only and is checked, and completed, at the next start.
+(``fixture-index.corpus.json``): a digest of the corpus files and where they are (receipts
+name the corpus root), of the code that builds an index (``race.indexing.provenance``: the
+contracts, kept facts and calibration it writes) and of the RACE version. A matching stamp opens
+the cached index without importing the ingest and indexing modules (a cold
+``race run --index bundled`` pays for neither); a missing or stale stamp checks the index (same
+corpus revision, same root, built by this code, complete), rebuilds it otherwise, and writes the
+stamp afresh. The stamp also holds the digest of the index's manifest, so an index rebuilt since
+(by another version sharing the cache) is checked again, and it is written only for a complete
+index: one built without the embedding model is lexical only and is checked, and completed, at
+the next start.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from race.indexing.provenance import build_code_digest, tree_digest
 from race.version import __version__
 
 
@@ -35,10 +38,8 @@ def _fixtures() -> Path:
 FIXTURES = _fixtures()
 BUNDLED_CORPUS = FIXTURES / "corpus"
 SHOWCASE_PLAN = FIXTURES / "plans" / "showcase.json"
-STAMP_SCHEMA = "race.fixture-index-stamp/1"
+STAMP_SCHEMA = "race.fixture-index-stamp/2"
 _log = logging.getLogger(__name__)
-_INGEST_CODE = Path(__file__).resolve().parents[2] / "backends" / "ingest"
-"""The code that turns the corpus files into a corpus: part of what the stamp is of."""
 
 
 def default_cache_dir() -> Path:
@@ -57,23 +58,14 @@ def stamp_path(index_dir: Path) -> Path:
     return index_dir.with_name(index_dir.name + ".corpus.json")
 
 
-def _tree_digest(root: Path, pattern: str) -> str:
-    """sha256 over the files under ``root`` matching ``pattern``: relative paths and bytes, in path order."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob(pattern) if p.is_file() and "__pycache__" not in p.parts):
-        name = path.relative_to(root).as_posix().encode("utf-8")
-        data = path.read_bytes()
-        digest.update(b"%d:%s%d:" % (len(name), name, len(data)))
-        digest.update(data)
-    return "sha256:" + digest.hexdigest()
-
-
 def corpus_stamp(corpus: Path) -> dict[str, str]:
-    """What a cached index of ``corpus`` is fresh for: its files, the ingest code, the version."""
+    """What a cached index of ``corpus`` is fresh for: its files and root, the code that builds
+    an index, the version."""
     return {
         "schema_version": STAMP_SCHEMA,
-        "corpus_files": _tree_digest(corpus, "*"),
-        "corpus_code": _tree_digest(_INGEST_CODE, "*.py"),
+        "corpus_files": tree_digest(corpus),
+        "corpus_root": str(corpus.resolve()),
+        "build_code": build_code_digest(),
         "race_version": __version__,
     }
 
@@ -125,8 +117,12 @@ def ensure_bundled_index(cache_dir: Path | None = None, *, quiet: bool = True) -
 
     stamp_path(target).unlink(missing_ok=True)  # a build killed half-way leaves no stamp
     revision = load_corpus(BUNDLED_CORPUS).revision
+    built = {"corpus_revision": revision, "corpus_root": stamp["corpus_root"], "build_code": stamp["build_code"]}
     try:
-        fresh = read_manifest(target).get("corpus_revision") == revision and _complete(target)
+        manifest = read_manifest(target)
+        # Built from this corpus, where it is now, by this code: another checkout's index names
+        # its files in every receipt, and another version's carries its contracts and facts.
+        fresh = all(manifest.get(key) == value for key, value in built.items()) and _complete(target)
     except Exception:  # no index yet, or one this version cannot read: built afresh below
         fresh = False
     if fresh:

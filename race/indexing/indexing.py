@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from backends import LOCAL_ADAPTERS, Adapter
 from backends.ingest.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
+from race.indexing.provenance import build_code_digest
 from rsc import Contract, IndexMissingError, InputError, StorageError, canonical_pretty, fingerprint
 
 if TYPE_CHECKING:
@@ -247,6 +248,8 @@ def finish_staging(staging: Path, out: Path, corpus: Corpus, generations: dict[s
         "backends": sorted(generations),
         # Where the cited files live: receipts carry it, so `race verify` and `race context` find them.
         "corpus_root": str(Path(corpus.root).resolve()),
+        # The code that wrote the contracts, facts and calibration below (race.indexing.provenance).
+        "build_code": build_code_digest(),
     }
     if skipped is not None:
         manifest["vectors_skipped"] = skipped
