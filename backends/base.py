@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeVar
 
 import anyio.to_thread
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
+from backends.hits import rest_of_hits
 from backends.ingest.schema import CorpusSchema
 from rsc import (
     BackendStatistics,
@@ -269,7 +270,8 @@ def custody_hits(
     """Hits with full custody from stored chunk rows (the fields ``Chunk`` has), in rank order.
 
     What every hit of one scan shares (the request fingerprint, the filters as applied) is
-    computed once, and the whole list is validated in one call.
+    computed once. The first hit is validated and the others built beside it from their plain
+    rows (``backends.hits``); a row that is not plain has the whole list validated in one call.
     """
     shared = {
         "corpus_revision": corpus_revision,
@@ -283,33 +285,41 @@ def custody_hits(
         "score_kind": score_kind,
         "access": "random" if request.params.get("access") == "random" else "sorted",
     }
-    raw = []
-    for rank, (chunk, score) in enumerate(rows, start=1):
-        raw.append(
-            {
-                "key": keys[rank - 1] if keys is not None else f"chunk:{chunk['chunk_id']}",
-                "doc_id": chunk["doc_id"],
+
+    def raw(rank: int, chunk: dict[str, Any], score: float) -> dict[str, Any]:
+        return {
+            "key": keys[rank - 1] if keys is not None else f"chunk:{chunk['chunk_id']}",
+            "doc_id": chunk["doc_id"],
+            "chunk_id": chunk["chunk_id"],
+            "title": chunk.get("title", ""),
+            "text": chunk.get("text", ""),
+            "metadata": chunk["metadata"],
+            "custody": {
+                **shared,
+                "source_path": chunk["source_path"],
+                "line_start": chunk["line_start"],
+                "line_end": chunk["line_end"],
+                "char_start": chunk.get("char_start"),
+                "char_end": chunk.get("char_end"),
+                "source_hash": chunk["source_hash"],
                 "chunk_id": chunk["chunk_id"],
-                "title": chunk.get("title", ""),
-                "text": chunk.get("text", ""),
-                "metadata": chunk["metadata"],
-                "custody": {
-                    **shared,
-                    "source_path": chunk["source_path"],
-                    "line_start": chunk["line_start"],
-                    "line_end": chunk["line_end"],
-                    "char_start": chunk.get("char_start"),
-                    "char_end": chunk.get("char_end"),
-                    "source_hash": chunk["source_hash"],
-                    "chunk_id": chunk["chunk_id"],
-                    # A row that records the corpus revision it was indexed from says so itself.
-                    "corpus_revision": chunk.get("corpus_revision", corpus_revision),
-                    "rank": rank,
-                    "score": score,
-                },
-            }
-        )
-    return _HITS.validate_python(raw)
+                # A row that records the corpus revision it was indexed from says so itself.
+                "corpus_revision": chunk.get("corpus_revision", corpus_revision),
+                "rank": rank,
+                "score": score,
+            },
+        }
+
+    if not rows:
+        return []
+    try:
+        first = _HITS.validate_python([raw(1, *rows[0])])
+        rest = rest_of_hits(first[0], rows, keys, corpus_revision)
+    except ValidationError:
+        rest = None
+    if rest is None:  # the answer validated whole, and refused as a whole if it must be
+        return _HITS.validate_python([raw(rank, chunk, score) for rank, (chunk, score) in enumerate(rows, start=1)])
+    return first + rest
 
 
 def custody_hit(

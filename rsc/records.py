@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -29,6 +29,23 @@ class Record(BaseModel):
     """Base of every boundary record: frozen, unknown fields rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+
+_R = TypeVar("_R", bound=BaseModel)
+_set = object.__setattr__
+
+
+def trusted(cls: type[_R], values: dict[str, Any], fields_set: frozenset[str]) -> _R:
+    """A ``cls`` over ``values`` that are already valid: every field, in declaration order, each
+    value what validation would have made of it, and ``fields_set`` the fields the equivalent
+    constructor call names. What ``model_construct`` does, without its walk over the fields (a
+    scan builds thousands of hits from rows it has checked, at a fifth of validation's cost)."""
+    record = cls.__new__(cls)
+    _set(record, "__dict__", values)
+    _set(record, "__pydantic_fields_set__", set(fields_set))
+    _set(record, "__pydantic_extra__", None)
+    _set(record, "__pydantic_private__", None)
+    return record
 
 
 def _comparable(value: Scalar) -> tuple[int, Any]:
