@@ -26,21 +26,24 @@ _CUSTODY_SET = frozenset(Custody.model_fields) - {"expected_recall", "absent"}
 def plain_row(chunk: dict[str, Any], key: object, score: object, revision: object) -> bool:
     """Whether a row's values are of the types validation keeps as they are (a list of
     strings in the metadata aside, which becomes a tuple); anything else is validated."""
-    if type(score) is not float or type(key) is not str or type(revision) is not str:
-        return False
-    for name in ("doc_id", "chunk_id", "source_path", "source_hash"):
-        if type(chunk.get(name)) is not str:
-            return False
-    if type(chunk.get("title", "")) is not str or type(chunk.get("text", "")) is not str:
-        return False
-    if type(chunk.get("line_start")) is not int or type(chunk.get("line_end")) is not int:
-        return False
-    for name in ("char_start", "char_end"):
-        value = chunk.get(name)
-        if value is not None and type(value) is not int:
-            return False
-    metadata = chunk.get("metadata")
-    if type(metadata) is not dict:
+    get = chunk.get
+    char_start, char_end, metadata = get("char_start"), get("char_end"), get("metadata")
+    if not (
+        type(score) is float
+        and type(key) is str
+        and type(revision) is str
+        and type(get("doc_id")) is str
+        and type(get("chunk_id")) is str
+        and type(get("source_path")) is str
+        and type(get("source_hash")) is str
+        and type(get("title", "")) is str
+        and type(get("text", "")) is str
+        and type(get("line_start")) is int
+        and type(get("line_end")) is int
+        and (char_start is None or type(char_start) is int)
+        and (char_end is None or type(char_end) is int)
+        and type(metadata) is dict
+    ):
         return False
     for name, value in metadata.items():
         kind = type(value)
@@ -55,6 +58,8 @@ def plain_row(chunk: dict[str, Any], key: object, score: object, revision: objec
 
 
 def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    if not any(type(value) is list for value in metadata.values()):
+        return dict(metadata)
     return {name: tuple(value) if type(value) is list else value for name, value in metadata.items()}
 
 

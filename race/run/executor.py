@@ -42,7 +42,8 @@ from race.run.obligations import answer, not_attempted
 from race.run.operators import OPERATORS
 from race.run.outcome import Outcome, gap_key, sorted_gaps, status_of
 from race.run.roles import DEFAULT_ROLES
-from rsc import Contract, Gap, ObligationStatus, OperatorKind, fingerprint, weakest
+from rsc import Contract, Gap, Hit, ObligationStatus, OperatorKind, fingerprint, weakest
+from rsc.records import trusted
 
 __all__ = ["Executor", "Lineage"]
 
@@ -161,17 +162,23 @@ class Executor:
         return root
 
     def evidence(self, root: Outcome) -> list[EvidenceItem]:
+        # Every value is a validated record or a plain value of its field's type: the items are
+        # built as ``EvidenceItem(...)`` would build them, without validating each hit again.
         return [
-            EvidenceItem(
-                key=item.key,
-                rank=rank,
-                status=item.status,
-                obligations=tuple(sorted(item.obligations)),
-                origin=item.origin,
-                relations=tuple(sorted(item.relations)),
-                hits=tuple(sorted(item.hits, key=lambda h: (h.custody.rsc, h.custody.request, h.custody.rank))),
-                fusion=item.fusion or Fusion(method="single"),
-                collapsed=item.collapsed,
+            trusted(
+                EvidenceItem,
+                {
+                    "key": item.key,
+                    "rank": rank,
+                    "status": item.status,
+                    "obligations": tuple(sorted(item.obligations)),
+                    "origin": item.origin,
+                    "relations": tuple(sorted(item.relations)),
+                    "hits": tuple(sorted(item.hits, key=_custody_order)),
+                    "fusion": item.fusion or Fusion(method="single"),
+                    "collapsed": item.collapsed,
+                },
+                _EVIDENCE_SET,
             )
             for rank, item in enumerate(root.items, start=1)
         ]
@@ -247,6 +254,13 @@ class Executor:
         for item in walk(node):
             if not isinstance(item, OperatorNode):
                 self._skipped.setdefault(item.node, set()).add(why)
+
+
+_EVIDENCE_SET = frozenset(EvidenceItem.model_fields)
+
+
+def _custody_order(hit: Hit) -> tuple[str, str, int]:
+    return (hit.custody.rsc, hit.custody.request, hit.custody.rank)
 
 
 _NO_OPERATIONAL = Operational()

@@ -32,6 +32,7 @@ from rsc import (
     weakest,
     weakest_closure,
 )
+from rsc.records import trusted
 
 LeafNode = ScanNode | HybridNode | UnsatisfiableNode
 
@@ -55,7 +56,11 @@ async def answer(node: LeafNode, ctx: RunContext) -> tuple[Outcome, ObligationRe
         # Read as deep as it takes for k groups; collapse after freshness puts current copies first.
         outcome, groups, answers = await read_collapsed(ob, legs, answers, lambda found: build(found, None), ctx)
     outcome = freshness(ob, outcome, ctx)
-    outcome = outcome.replace(items=tuple(with_kind_status(ob, i) for i in outcome.items))
+    status = kind_status(ob)
+    if status is not None:  # an item given its status already (``result_outcome``) is kept as it is
+        outcome = outcome.replace(
+            items=tuple(i if status in i.statuses else with_kind_status(ob, i) for i in outcome.items)
+        )
     if ob.collapse is not None and groups is not None:
         outcome = collapse(outcome, ob.collapse, groups)
     served = tuple(leg.rsc for leg in legs)
@@ -87,7 +92,10 @@ def leg_outcome(node: ScanNode, ob: Obligation, found: Answer) -> Outcome:
 
 def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps: Sequence[Gap]) -> Outcome:
     request = node.request
-    hits = [h for h in result.hits if all(f.matches(h.metadata) for f in request.residual)]
+    if request.residual:
+        hits = [h for h in result.hits if all(f.matches(h.metadata) for f in request.residual)]
+    else:
+        hits = list(result.hits)
     if node.expected_recall is not None:
         # An approximate hit carries the recall its contract promised for this request
         # (docs/invariants.md#calibrated-approximation).
@@ -121,14 +129,27 @@ def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps:
             closure = weakest_closure(closure, SupportClosure.PARTIAL)
         elif g.severity is GapSeverity.SHORTFALL:
             closure = weakest_closure(closure, SupportClosure.PARTIAL)
-    derived = frozenset({EvidenceStatus.DERIVED_RELATION}) if request.mode.startswith("graph") else frozenset()
-    label = f"{ob.id}/{node.rsc}"
+    if request.mode.startswith("graph"):
+        statuses = frozenset({EvidenceStatus.DERIVED_RELATION})
+    else:
+        # Without a freshness check nothing is marked stale, so the kind's status is given now
+        # rather than by a second copy of every item (``with_kind_status``).
+        status = kind_status(ob) if ob.freshness is None else None
+        statuses = frozenset() if status is None else frozenset({status})
+    label, found_by = f"{ob.id}/{node.rsc}", frozenset({ob.id})
     items: dict[str, Item] = {}
     for hit in hits:
         if hit.key not in items:
-            fusion = Fusion(method="single", node=ob.id, ranks={label: hit.custody.rank})
-            items[hit.key] = Item(hit.key, (hit,), frozenset({ob.id}), derived, fusion=fusion)
+            # Built from valid values: what ``Fusion(method="single", node=..., ranks=...)`` makes.
+            ranks = {label: hit.custody.rank}
+            fusion = trusted(Fusion, {**_SINGLE, "node": ob.id, "ranks": ranks, "similarities": {}}, _SINGLE_SET)
+            items[hit.key] = Item(hit.key, (hit,), found_by, statuses, fusion=fusion)
     return Outcome(ob.id, tuple(items.values()), coverage, closure, tuple(gaps))
+
+
+_SINGLE = {name: field.get_default(call_default_factory=True) for name, field in Fusion.model_fields.items()}
+_SINGLE["method"] = "single"
+_SINGLE_SET = frozenset({"method", "node", "ranks"})
 
 
 def soft_reorder(ob: Obligation, outcome: Outcome) -> Outcome:
@@ -175,12 +196,17 @@ def with_kind_status(ob: Obligation, item: Item) -> Item:
     """The status an obligation's kind gives what it found; stale and derived items keep theirs."""
     if item.stale or EvidenceStatus.DERIVED_RELATION in item.statuses:
         return item
+    status = kind_status(ob)
+    return item if status is None else item.with_status(status)
+
+
+def kind_status(ob: Obligation) -> EvidenceStatus | None:
     if ob.kind in REFUTING_KINDS:
         # Retrieved for a refutation is a candidate: score is not warrant of a conflict.
-        return item.with_status(EvidenceStatus.CANDIDATE_REFUTATION)
+        return EvidenceStatus.CANDIDATE_REFUTATION
     if ob.kind is ObligationKind.SEEK_SUPPORT:
-        return item.with_status(EvidenceStatus.CANDIDATE_FACT)
-    return item
+        return EvidenceStatus.CANDIDATE_FACT
+    return None
 
 
 def receipt(ob: Obligation, outcome: Outcome, *, served_by: tuple[str, ...], model_calls: int) -> ObligationReceipt:

@@ -36,6 +36,7 @@ STATUS_PRECEDENCE = (
     EvidenceStatus.DERIVED_RELATION,
     EvidenceStatus.RETRIEVED_OBSERVATION,
 )
+_RANKED = frozenset(STATUS_PRECEDENCE)
 FAILURE_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
 
 
@@ -64,6 +65,10 @@ class Item:
 
     @property
     def status(self) -> EvidenceStatus:
+        if len(self.statuses) == 1:
+            (only,) = self.statuses
+            if only in _RANKED:
+                return only
         return next((s for s in STATUS_PRECEDENCE if s in self.statuses), EvidenceStatus.RETRIEVED_OBSERVATION)
 
     def merged(self, other: Item) -> Item:
