@@ -250,7 +250,21 @@ class RefusedSnapshot(Adapter):
 
 
 def request_fingerprint(request: ScanRequest) -> str:
-    return fingerprint(request)
+    """The request's fingerprint, remembered for the request object: a cached plan hands every
+    run the same frozen requests, and a leg names its request several times (custody, screening)."""
+    known = _REQUEST_FINGERPRINTS.get(id(request))
+    if known is not None and known[0] is request:
+        return known[1]
+    value = fingerprint(request)
+    if len(_REQUEST_FINGERPRINTS) >= _REMEMBERED:
+        _REQUEST_FINGERPRINTS.clear()
+    # The request is held beside its fingerprint, so its id is not reused while remembered.
+    _REQUEST_FINGERPRINTS[id(request)] = (request, value)
+    return value
+
+
+_REMEMBERED = 4096
+_REQUEST_FINGERPRINTS: dict[int, tuple[ScanRequest, str]] = {}
 
 
 _HITS = TypeAdapter(list[Hit])

@@ -144,11 +144,13 @@ class Executor:
                 # A run whose planning used up its time does not start the tree only to cancel it.
                 if self._legs.remaining_ms() > 0:
                     with anyio.move_on_after(max(self._cut - time.monotonic(), 0.0)) as scope:
-                        async with anyio.create_task_group() as watching:
-                            if self._lateness is not None:
-                                watching.start_soon(self._lateness.watch, partial(self._moved, scope))
+                        lateness = self._lateness
+                        stop = lateness.start(partial(self._moved, scope)) if lateness is not None else None
+                        try:
                             root = await self._node(physical)
-                            watching.cancel_scope.cancel()
+                        finally:
+                            if stop is not None:
+                                stop()
                 if self._was_cut or physical.node not in self._done:
                     self._was_cut = True
                     root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)

@@ -12,10 +12,9 @@ never cached (``Executor.limited``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
-
-import anyio
 
 TICK_S = 0.01
 """How often the ticker wakes: 100 times a second, a few microseconds of the loop each."""
@@ -37,12 +36,24 @@ class Lateness:
         cut = self.cut - min(self.late_s, (MAX_GROWTH - 1.0) * receipt)
         return cut - min(combine + self.late_s, MAX_GROWTH * combine), cut
 
-    async def watch(self, moved: Callable[[float, float], None]) -> None:
-        """Tick until cancelled; on each new largest lateness, tell ``moved`` the new instants."""
-        while True:
-            started = time.monotonic()
-            await anyio.sleep(TICK_S)
-            late = time.monotonic() - started - TICK_S
+    def start(self, moved: Callable[[float, float], None]) -> Callable[[], None]:
+        """Tick on the running loop until the returned call stops it; on each new largest
+        lateness, tell ``moved`` the new instants. A timer, not a task: stopping it cancels one
+        handle, where a task's cancellation cost a run more than all its ticks."""
+        loop = asyncio.get_running_loop()
+        armed: list[asyncio.TimerHandle] = []
+        started = [0.0]
+
+        def arm() -> None:
+            started[0] = time.monotonic()
+            armed[:] = [loop.call_later(TICK_S, tick)]
+
+        def tick() -> None:
+            late = time.monotonic() - started[0] - TICK_S
             if late > self.late_s:
                 self.late_s = late
                 moved(*self.moved())
+            arm()
+
+        arm()
+        return lambda: armed[0].cancel()
