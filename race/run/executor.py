@@ -173,10 +173,10 @@ class Executor:
                     "key": item.key,
                     "rank": rank,
                     "status": item.status,
-                    "obligations": tuple(sorted(item.obligations)),
+                    "obligations": _sorted(item.obligations),
                     "origin": item.origin,
-                    "relations": tuple(sorted(item.relations)),
-                    "hits": tuple(sorted(item.hits, key=_custody_order)),
+                    "relations": _sorted(item.relations),
+                    "hits": tuple(item.hits) if len(item.hits) < 2 else tuple(sorted(item.hits, key=_custody_order)),
                     "fusion": item.fusion or Fusion(method="single"),
                     "collapsed": item.collapsed,
                 },
@@ -259,6 +259,10 @@ class Executor:
 
 
 _EVIDENCE_SET = frozenset(EvidenceItem.model_fields)
+
+
+def _sorted(values: frozenset[str]) -> tuple[str, ...]:
+    return tuple(values) if len(values) < 2 else tuple(sorted(values))
 
 
 def _custody_order(hit: Hit) -> tuple[str, str, int]:

@@ -143,7 +143,7 @@ def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps:
             # Built from valid values: what ``Fusion(method="single", node=..., ranks=...)`` makes.
             ranks = {label: hit.custody.rank}
             fusion = trusted(Fusion, {**_SINGLE, "node": ob.id, "ranks": ranks, "similarities": {}}, _SINGLE_SET)
-            items[hit.key] = Item(hit.key, (hit,), found_by, statuses, fusion=fusion)
+            items[hit.key] = Item.found(hit.key, hit, found_by, statuses, fusion)
     return Outcome(ob.id, tuple(items.values()), coverage, closure, tuple(gaps))
 
 

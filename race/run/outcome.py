@@ -37,6 +37,8 @@ STATUS_PRECEDENCE = (
     EvidenceStatus.RETRIEVED_OBSERVATION,
 )
 _RANKED = frozenset(STATUS_PRECEDENCE)
+_NONE: frozenset[str] = frozenset()
+_new = object.__new__
 FAILURE_GAPS = frozenset({GapKind.TIMEOUT, GapKind.CANCELLED, GapKind.BACKEND_ERROR})
 
 
@@ -54,6 +56,25 @@ class Item:
     origin: str | None = None
     collapsed: Collapsed | None = None
     """The copies an obligation's ``collapse`` folded into this item (``race.run.collapse``)."""
+
+    @staticmethod
+    def found(
+        key: str, hit: Hit, obligations: frozenset[str], statuses: frozenset[EvidenceStatus], fusion: Fusion
+    ) -> Item:
+        """``Item(key, (hit,), obligations, statuses, fusion=fusion)``, its fields set at once
+        rather than one ``object.__setattr__`` each (a leg makes one per hit)."""
+        item = _new(Item)
+        item.__dict__.update(
+            key=key,
+            hits=(hit,),
+            obligations=obligations,
+            statuses=statuses,
+            relations=_NONE,
+            fusion=fusion,
+            origin=None,
+            collapsed=None,
+        )
+        return item
 
     @property
     def doc_id(self) -> str:
