@@ -23,9 +23,10 @@ _CUSTODY_SET = frozenset(Custody.model_fields) - {"expected_recall", "absent"}
 """The fields a hit and its custody name when built from a row (``backends.base.custody_hits``)."""
 
 
-def plain_row(chunk: dict[str, Any], key: object, score: object, revision: object) -> bool:
-    """Whether a row's values are of the types validation keeps as they are (a list of
-    strings in the metadata aside, which becomes a tuple); anything else is validated."""
+def plain_row(chunk: dict[str, Any], key: object, score: object, revision: object) -> dict[str, Any] | None:
+    """The row's metadata as validation would make it, when every value of the row is of a
+    type validation keeps as it is (a list of strings in the metadata becomes a tuple);
+    ``None`` when some value is not, and the row must be validated."""
     get = chunk.get
     char_start, char_end, metadata = get("char_start"), get("char_end"), get("metadata")
     if not (
@@ -44,23 +45,19 @@ def plain_row(chunk: dict[str, Any], key: object, score: object, revision: objec
         and (char_end is None or type(char_end) is int)
         and type(metadata) is dict
     ):
-        return False
-    for name, value in metadata.items():
+        return None
+    out = dict(metadata)
+    for name, value in out.items():
         kind = type(value)
         if type(name) is not str:
-            return False
+            return None
         if kind is list:
             if not all(type(v) is str for v in value):
-                return False
+                return None
+            out[name] = tuple(value)
         elif kind is not str and kind is not int and kind is not bool and kind is not float:
-            return False
-    return True
-
-
-def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    if not any(type(value) is list for value in metadata.values()):
-        return dict(metadata)
-    return {name: tuple(value) if type(value) is list else value for name, value in metadata.items()}
+            return None
+    return out
 
 
 def rest_of_hits(
@@ -78,7 +75,8 @@ def rest_of_hits(
         chunk_id = chunk.get("chunk_id")
         key = keys[rank - 1] if keys is not None else f"chunk:{chunk_id}"
         revision = chunk.get("corpus_revision", corpus_revision)
-        if not plain_row(chunk, key, score, revision):
+        metadata = plain_row(chunk, key, score, revision)
+        if metadata is None:
             return None
         custody = trusted(
             Custody,
@@ -113,7 +111,7 @@ def rest_of_hits(
             "chunk_id": chunk_id,
             "title": chunk.get("title", ""),
             "text": chunk.get("text", ""),
-            "metadata": _metadata(chunk["metadata"]),
+            "metadata": metadata,
             "custody": custody,
         }
         hits.append(trusted(Hit, values, _HIT_SET))
