@@ -89,15 +89,16 @@ class LoopThread:
             finally:
                 done.release()
 
-        def cancel() -> None:
-            intake.start_pending()  # the task is made before it is cancelled
-            outcome[0].cancel()
-
         intake.pending.append(lambda: outcome.append(loop.create_task(main())))
         loop.call_soon_threadsafe(_wake)
         try:
             done.acquire()
         except BaseException:
+
+            def cancel() -> None:
+                intake.start_pending()  # the task is made before it is cancelled
+                outcome[0].cancel()
+
             loop.call_soon_threadsafe(cancel)
             raise
         if outcome[1]:
