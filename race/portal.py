@@ -89,15 +89,16 @@ class LoopThread:
             finally:
                 done.release()
 
-        intake.pending.append(lambda: outcome.append(loop.create_task(main())))
-        loop.call_soon_threadsafe(_wake)
-        try:
+        try:  # an interrupt from here on, however early, cancels the call
+            intake.pending.append(lambda: outcome.append(loop.create_task(main())))
+            loop.call_soon_threadsafe(_wake)
             done.acquire()
         except BaseException:
 
             def cancel() -> None:
-                intake.start_pending()  # the task is made before it is cancelled
-                outcome[0].cancel()
+                intake.start_pending()  # a call handed in is made before it is cancelled
+                if outcome:
+                    outcome[0].cancel()
 
             loop.call_soon_threadsafe(cancel)
             raise
