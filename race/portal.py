@@ -10,11 +10,36 @@ waits. The loop stops when the engine closes or is collected, and never keeps a 
 from __future__ import annotations
 
 import asyncio
+import selectors
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 _R = TypeVar("_R")
+
+
+def _wake() -> None:
+    """The callback whose hand-off wakes the loop; the call itself was started by then."""
+
+
+class _Intake(selectors.DefaultSelector):
+    """The loop's selector, which starts the calls handed in as soon as it returns: their tasks'
+    first steps then run in the same turn of the loop as the wake-up, not in the turn after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: deque[Callable[[], None]] = deque()
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(timeout)
+        self.start_pending()
+        return ready
+
+    def start_pending(self) -> None:
+        pending = self.pending
+        while pending:
+            pending.popleft()()
 
 
 class LoopThread:
@@ -22,30 +47,33 @@ class LoopThread:
 
     def __init__(self, name: str = "race-engine") -> None:
         self._name = name
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: tuple[asyncio.AbstractEventLoop, _Intake] | None = None
         self._thread: threading.Thread | None = None
+        self._ident: int | None = None
         self._lock = threading.Lock()
 
-    def _started(self) -> asyncio.AbstractEventLoop:
+    def _started(self) -> tuple[asyncio.AbstractEventLoop, _Intake]:
         with self._lock:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
+                intake = _Intake()
+                loop = asyncio.SelectorEventLoop(intake)
                 thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
                 thread.start()
-                self._loop, self._thread = loop, thread
+                self._loop, self._thread, self._ident = (loop, intake), thread, thread.ident
             return self._loop
 
     def call(self, make: Callable[[], Awaitable[_R]]) -> _R:
         """Run the coroutine ``make()`` returns on the loop and wait for its result. An interrupt
         of the waiting thread (Ctrl-C) cancels the coroutine.
 
-        The hand-off is the least a thread switch allows: one ``call_soon_threadsafe`` wakes the
-        loop, the task hands its outcome over and releases a plain lock the caller waits on, from
-        inside its own last step (no concurrent future, no done callback, no turn of the loop
-        after the task ends)."""
-        if self._thread is not None and threading.current_thread() is self._thread:
+        The hand-off is the least a thread switch allows: the call is queued on the loop's
+        selector, which makes its task as the wake-up returns, so the task's first step (a cached
+        run's only one) runs in that same turn of the loop; the task hands its outcome over and
+        releases a plain lock the caller waits on, from inside its own last step (no concurrent
+        future, no done callback, no turn of the loop after the task ends)."""
+        if threading.get_ident() == self._ident:
             raise RuntimeError("a *_sync call from the engine's own loop would wait for itself: await the call")
-        loop = self._started()
+        loop, intake = self._loop or self._started()
         done = threading.Lock()
         done.acquire()
         outcome: list[Any] = []  # [task], then [task, True, result] or [task, False, exception]
@@ -61,12 +89,18 @@ class LoopThread:
             finally:
                 done.release()
 
-        loop.call_soon_threadsafe(lambda: outcome.append(loop.create_task(main())))
-        try:
+        try:  # an interrupt from here on, however early, cancels the call
+            intake.pending.append(lambda: outcome.append(loop.create_task(main())))
+            loop.call_soon_threadsafe(_wake)
             done.acquire()
         except BaseException:
-            # The task was made before this callback runs (callbacks run in order).
-            loop.call_soon_threadsafe(lambda: outcome[0].cancel())
+
+            def cancel() -> None:
+                intake.start_pending()  # a call handed in is made before it is cancelled
+                if outcome:
+                    outcome[0].cancel()
+
+            loop.call_soon_threadsafe(cancel)
             raise
         if outcome[1]:
             return cast(_R, outcome[2])
@@ -80,10 +114,11 @@ class LoopThread:
     def stop(self) -> None:
         """Stop the loop (safe from any thread, twice, or before it started)."""
         with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
+            running, thread = self._loop, self._thread
+            self._loop, self._thread, self._ident = None, None, None
+        if running is None or thread is None:
             return
+        loop = running[0]
         loop.call_soon_threadsafe(loop.stop)
         if threading.current_thread() is not thread:
             thread.join(timeout=5.0)
