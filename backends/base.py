@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeVar
@@ -251,20 +252,18 @@ class RefusedSnapshot(Adapter):
 
 def request_fingerprint(request: ScanRequest) -> str:
     """The request's fingerprint, remembered for the request object: a cached plan hands every
-    run the same frozen requests, and a leg names its request several times (custody, screening)."""
-    known = _REQUEST_FINGERPRINTS.get(id(request))
-    if known is not None and known[0] is request:
-        return known[1]
+    run the same frozen requests, and a leg names its request several times (custody, screening).
+    The last requests are held with their fingerprints and found by identity (``is``), never by
+    their addresses."""
+    for known, value in tuple(_REQUEST_FINGERPRINTS):
+        if known is request:
+            return value
     value = fingerprint(request)
-    if len(_REQUEST_FINGERPRINTS) >= _REMEMBERED:
-        _REQUEST_FINGERPRINTS.clear()
-    # The request is held beside its fingerprint, so its id is not reused while remembered.
-    _REQUEST_FINGERPRINTS[id(request)] = (request, value)
+    _REQUEST_FINGERPRINTS.append((request, value))
     return value
 
 
-_REMEMBERED = 4096
-_REQUEST_FINGERPRINTS: dict[int, tuple[ScanRequest, str]] = {}
+_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, str]] = deque(maxlen=32)
 
 
 _HITS = TypeAdapter(list[Hit])
