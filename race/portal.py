@@ -10,11 +10,14 @@ waits. The loop stops when the engine closes or is collected, and never keeps a 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import selectors
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
+
+import sniffio
 
 _R = TypeVar("_R")
 
@@ -74,6 +77,10 @@ class LoopThread:
         if threading.get_ident() == self._ident:
             raise RuntimeError("a *_sync call from the engine's own loop would wait for itself: await the call")
         loop, intake = self._loop or self._started()
+        # The coroutine sees the caller's context variables (a tracing span, a logging context),
+        # as an awaited call would; only the async library's name is the engine loop's own.
+        context = contextvars.copy_context()
+        context.run(sniffio.current_async_library_cvar.set, None)
         done = threading.Lock()
         done.acquire()
         outcome: list[Any] = []  # [task], then [task, True, result] or [task, False, exception]
@@ -90,7 +97,7 @@ class LoopThread:
                 done.release()
 
         try:  # an interrupt from here on, however early, cancels the call
-            intake.pending.append(lambda: outcome.append(loop.create_task(main())))
+            intake.pending.append(lambda: outcome.append(loop.create_task(main(), context=context)))
             loop.call_soon_threadsafe(_wake)
             done.acquire()
         except BaseException:

@@ -138,3 +138,25 @@ def test_sync_calls_from_many_threads_at_once_each_get_their_own_receipt(engine:
     assert all(found[(n, i)] == expected[(n + i) % len(plans)] for n in range(8) for i in range(10))
     assert loop_threads == {"race-engine"}
     engine.close()
+
+
+def test_the_call_sees_the_callers_context_but_the_engine_loops_library(portal: LoopThread) -> None:
+    # A span or a logging context set by the caller reaches the call, as it would an awaited one;
+    # the async library is the engine loop's, whatever the caller's thread runs (trio, say).
+    import contextvars
+
+    import sniffio
+
+    span: contextvars.ContextVar[str] = contextvars.ContextVar("span", default="unset")
+
+    async def seen() -> tuple[str, str]:
+        await anyio.sleep(0)
+        return span.get(), sniffio.current_async_library()
+
+    token, library = span.set("caller"), sniffio.current_async_library_cvar.set("trio")
+    try:
+        assert portal.call(seen) == ("caller", "asyncio")
+    finally:
+        span.reset(token)
+        sniffio.current_async_library_cvar.reset(library)
+    assert portal.call(seen) == ("unset", "asyncio")
