@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import write_results
 from benchmarks.busy import _start_burners, _stop
 from benchmarks.realtext import CORPUS, build_realtext_index
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MIN_QUERY = 30
 STRATEGIES = ("lexical", "conceptual", "hybrid")
 
@@ -129,10 +129,7 @@ def main() -> None:
         "burners": args.burners,
         "runs": runs,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(markdown(results))
-    print(markdown(results))
+    write_results(args.name, results, markdown(results))
 
 
 if __name__ == "__main__":

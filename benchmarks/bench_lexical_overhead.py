@@ -53,9 +53,9 @@ import anyio
 import anyio.to_thread
 import orjson
 
+from benchmarks import write_results
 from planner import scans
 
-RESULTS = Path(__file__).resolve().parent / "results"
 STAGES = ("plan", "pins", "hop", "search", "hits", "leg", "fusion", "receipt", "fingerprint", "rest")
 TARGET_MS = 0.3
 ROTATION = 200
@@ -290,10 +290,7 @@ def main() -> None:
     parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() after the warm-up")
     args = parser.parse_args()
     results = anyio.run(main_async, args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(markdown(results))
-    print(markdown(results))
+    write_results(args.name, results, markdown(results))
 
 
 if __name__ == "__main__":
