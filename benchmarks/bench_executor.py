@@ -46,8 +46,13 @@ BM25_PLAN = {
     "schema_version": "race.plan/1",
     "root": "o",
     "obligations": [
-        {"id": "o", "kind": "seek_support", "query": {"text": "partition stall raft election quorum"},
-         "query_class": "lexical", "k": 10}
+        {
+            "id": "o",
+            "kind": "seek_support",
+            "query": {"text": "partition stall raft election quorum"},
+            "query_class": "lexical",
+            "k": 10,
+        }
     ],
 }
 
@@ -116,11 +121,24 @@ async def bench_bm25_leg(engine: Engine, runs: int) -> dict[str, Any]:
 
 def _sim_contract(n: int) -> Contract:
     doc = {
-        "schema_version": "race.rsc/1", "rsc_id": f"sim.leg{n}", "version": "1.0.0", "backend": f"sim{n}",
-        "mode": "sleep", "translator_version": "1.0.0", "query_classes": ["lexical"], "query_parts": ["text"],
-        "ordering": "score_desc", "score_kind": "bm25", "coverage": {"claim": "exhaustive_topk"}, "filters": {},
-        "identity_domain": "chunk", "source_domain": "simulated", "egress": "local", "model_calls": 0,
-        "snapshot": {}, "early_stop": {},
+        "schema_version": "race.rsc/1",
+        "rsc_id": f"sim.leg{n}",
+        "version": "1.0.0",
+        "backend": f"sim{n}",
+        "mode": "sleep",
+        "translator_version": "1.0.0",
+        "query_classes": ["lexical"],
+        "query_parts": ["text"],
+        "ordering": "score_desc",
+        "score_kind": "bm25",
+        "coverage": {"claim": "exhaustive_topk"},
+        "filters": {},
+        "identity_domain": "chunk",
+        "source_domain": "simulated",
+        "egress": "local",
+        "model_calls": 0,
+        "snapshot": {},
+        "early_stop": {},
     }
     return parse_contract(json.dumps(doc), where=f"sim{n}")
 
@@ -166,8 +184,13 @@ async def bench_four_legs(runs: int) -> dict[str, Any]:
             "schema_version": "race.plan/1",
             "root": "u",
             "obligations": [
-                {"id": f"leg{n}", "kind": "seek_support", "query": {"text": f"leg {n}"}, "query_class": "lexical",
-                 "allow_contracts": [f"sim.leg{n}"]}
+                {
+                    "id": f"leg{n}",
+                    "kind": "seek_support",
+                    "query": {"text": f"leg {n}"},
+                    "query_class": "lexical",
+                    "allow_contracts": [f"sim.leg{n}"],
+                }
                 for n in range(4)
             ],
             "operators": [{"id": "u", "op": "union", "inputs": [f"leg{n}" for n in range(4)]}],

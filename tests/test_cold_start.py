@@ -54,9 +54,7 @@ def test_a_vector_obligation_is_unsatisfied_naming_the_missing_model(cold_index:
     assert "lancedb.flat_prefilter@" in gap.detail and "all-MiniLM-L6-v2" in gap.detail
 
 
-def test_without_the_model_the_index_is_lexical_with_a_notice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_the_model_the_index_is_lexical_with_a_notice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backends.models.embedding, "default_model_dir", lambda: None)
     notices: list[str] = []
     out = tmp_path / "index"

@@ -45,8 +45,6 @@ FILTERS: tuple[tuple[Filter, ...], ...] = (
 )
 
 
-
-
 def test_flat_contract_is_the_float64_reference(milvus_flat: Any, milvus_instances: dict[str, Any]) -> None:
     """Ids in order, and distances to float32 rounding, of an exact numpy top-k over the same
     vectors restricted by ``Filter.matches``: filters included, and deep enough to pass the
