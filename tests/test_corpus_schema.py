@@ -21,6 +21,7 @@ from backends.ingest.schema import (
     normalize,
     parse_datetime,
 )
+from race import Field
 from race.cli.main import main
 from race.engine import Engine
 from race.indexing.bundled import BUNDLED_CORPUS
@@ -248,3 +249,46 @@ def test_rsc_list_shows_the_contracts_generated_for_an_index(
     ops = json.loads(capsys.readouterr().out)["filters"]["date"]["ops"]
     # A date has every operator but prefix (keywords only).
     assert ops == ["eq", "in", "range", "ne", "not_in", "exists", "any_of"]
+
+
+# -- front matter written for other tools ------------------------------------------------------
+
+UNFIT_KEYS = Path(__file__).parents[1] / "fixtures" / "cases" / "unfit_keys"
+"""Front matter as Sphinx, MyST and static-site generators write it: ``hide-toc`` and ``Author``
+are not field names, ``section`` and ``text`` name every chunk's own columns."""
+
+
+def test_front_matter_keys_no_field_can_be_named_after_are_stored_not_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "index"
+    assert main(["index", str(UNFIT_KEYS), "--out", str(out), "--no-vectors"]) == 0
+    err = capsys.readouterr().err
+    assert "not filterable (not field names): Author, hide-toc, section, text;" in err, err
+    schema = CorpusSchema.model_validate_json((out / "schema.json").read_text(encoding="utf-8"))
+    assert schema.extra == "store" and sorted(schema.fields) == ["orphan", "path", "tags", "team"]
+    chunks = {c.doc_id: c for c in load_corpus(UNFIT_KEYS).chunks}
+    assert chunks["index"].metadata["hide-toc"] == "true" and chunks["index"].metadata["Author"] == "Ann Example"
+    assert chunks["news"].metadata["section"] == "changelog"
+    assert "front matter" not in chunks["news"].text, "a front matter key named text is not the body"
+    with Engine.open(out) as engine:
+        receipt = engine.search_sync(
+            "package installer resolver", k=5, where=Field("team") == "red", strategy="lexical"
+        )
+    hits = [hit for item in receipt.evidence for hit in item.hits]
+    assert [hit.doc_id for hit in hits] == ["index"]
+    assert hits[0].metadata["hide-toc"] == "true" and hits[0].custody.filters_pushed == ("team = 'red'",)
+
+
+def test_infer_schema_names_the_keys_it_stores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(UNFIT_KEYS, corpus)
+    assert main(["index", str(corpus), "--infer-schema"]) == 0
+    out = capsys.readouterr().out
+    assert "stored hide-toc: not a field (not lower-case letters, digits and '_', starting with a letter)" in out
+    assert "stored section: not a field (a name every chunk already has)" in out
+    schema = load_schema(corpus)
+    assert schema.extra == "store" and sorted(schema.fields) == ["orphan", "tags", "team"]
+    assert main(["index", str(corpus), "--out", str(tmp_path / "index"), "--no-vectors"]) == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from race.cli.main import main
-from race.indexing.indexing import disk_error
+from race.indexing.staging import disk_error
 from tests.test_indexing_killed import _corpus
 
 EDITED = "changelog/kestrel-3-4-0.md"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from race.indexing.indexing import build_index, clear_dead_builds
+from race.indexing.indexing import build_index
+from race.indexing.staging import clear_dead_builds
 from tests.conftest import FIXTURES, ROOT
 
 DOCS = ("changelog/kestrel-3-4-0.md", "changelog/kestrel-3-5-0.md", "adr/adr-0012-fsync-always-default.md")

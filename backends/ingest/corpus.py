@@ -348,16 +348,20 @@ def folder_schema(path: Path, *, include: Sequence[str] = (), exclude: Sequence[
     ``path`` field (each file's path in the corpus, a keyword), and the fields and relations
     ``infer_schema`` finds in its front matter and edges. A filter on any other field is bad
     input naming the fields it has."""
-    inferred = infer_schema(path, include=include, exclude=exclude)
+    inferred, _ = infer_schema(path, include=include, exclude=exclude)
     fields = {PATH_FIELD: FieldSpec(type=FieldType.KEYWORD), **inferred.fields}
     return CorpusSchema.model_validate(inferred.model_dump() | {"fields": dict(sorted(fields.items()))})
 
 
-def infer_schema(path: Path, *, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> CorpusSchema:
+def infer_schema(
+    path: Path, *, include: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> tuple[CorpusSchema, dict[str, str]]:
     """A schema for a corpus that has none, from the values it holds, for the user to review:
     a field is the narrowest type every one of its values fits (``keyword`` when none does);
-    fields and relations whose names the default schema gives a role get that role."""
-    from backends.ingest.schema import infer_field, infer_relations
+    fields and relations whose names the default schema gives a role get that role. Beside it,
+    the keys no field can be named after, each with why: they are kept in each chunk's stored
+    metadata (``extra: "store"``), where no filter reads them."""
+    from backends.ingest.schema import field_name_problem, infer_field, infer_relations
 
     if not path.exists():
         raise CorpusError("no such corpus file or folder", where=str(path))
@@ -383,8 +387,12 @@ def infer_schema(path: Path, *, include: Sequence[str] = (), exclude: Sequence[s
                 if key not in ("id", "title", "text", "path"):
                     values.setdefault(key, []).append(value)
     relations = sorted({str(raw.get("relation")) for _, raw in _jsonl(edges_path)}) if edges_path.exists() else []
-    return CorpusSchema(
+    unfit = {name: problem for name in sorted(values) if (problem := field_name_problem(name)) is not None}
+    fields = {name: infer_field(name, found) for name, found in sorted(values.items()) if name not in unfit}
+    schema = CorpusSchema(
         schema_version="race.schema/1",
-        fields={name: infer_field(name, found) for name, found in sorted(values.items())},
+        extra="store" if unfit else "error",
+        fields=fields,
         relations=infer_relations(relations),
     )
+    return schema, unfit

@@ -19,6 +19,7 @@ than a quiet empty answer.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from enum import StrEnum
@@ -319,6 +320,15 @@ def infer_field(name: str, values: list[Any]) -> FieldSpec:
     default = default_schema().fields.get(name)
     roles = tuple(r for r in (default.roles if default else ()) if kind in _ROLE_TYPES[r])
     return FieldSpec(type=kind, roles=roles)
+
+
+def field_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a metadata field, or ``None`` when it can."""
+    if name in RESERVED_FIELDS:
+        return "a name every chunk already has"
+    if re.fullmatch(_NAME, name) is None:
+        return "not lower-case letters, digits and '_', starting with a letter"
+    return None
 
 
 def infer_relations(names: list[str]) -> dict[str, RelationSpec]:

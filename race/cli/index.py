@@ -32,7 +32,7 @@ def cmd_infer_schema(corpus: Path) -> int:
     existing = schema_path(corpus) if corpus.exists() else None
     if existing is not None:
         raise InputError("the corpus already has a schema; edit it, or move it away to infer anew", where=str(existing))
-    schema = infer_schema(corpus)
+    schema, unfit = infer_schema(corpus)
     target = schema_file_for(corpus)
     target.write_text(schema_document(schema), encoding="utf-8")
     for name, spec in schema.fields.items():
@@ -40,6 +40,8 @@ def cmd_infer_schema(corpus: Path) -> int:
         print(f"field {name}: {spec.type.value}{roles}")
     for name, rel in schema.relations.items():
         print(f"relation {name}: {rel.role.value}")
+    for name, problem in unfit.items():
+        print(f"stored {name}: not a field ({problem}); kept in chunk metadata, not filterable")
     print(f"race: wrote {target}; review it, then run `race index {corpus} --out DIR`", file=sys.stderr)
     return 0
 

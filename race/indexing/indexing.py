@@ -7,7 +7,6 @@ succeeded: bad input leaves nothing half-written.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -19,7 +18,8 @@ from backends import LOCAL_ADAPTERS, Adapter
 from backends.ingest.schema import CorpusSchema, check_filter, parse_schema, schema_document
 from planner import LogicalPlan
 from race.indexing.provenance import build_code_digest
-from rsc import Contract, IndexMissingError, InputError, StorageError, canonical_pretty, fingerprint
+from race.indexing.staging import CopyFailed, clear_dead_builds, copy_file, disk_error
+from rsc import Contract, IndexMissingError, InputError, canonical_pretty, fingerprint
 
 if TYPE_CHECKING:
     from backends.ingest.corpus import Corpus
@@ -99,6 +99,7 @@ def load_for_index(
     installed (docs/invariants.md#gap-kinds, ``truncated_text``); and why the index gets no
     vector index (``None``: it gets one)."""
     from backends.ingest.corpus import Chunking, load_corpus
+    from backends.ingest.schema import schema_path
     from backends.models.embedding import token_counter
     from backends.models.folder import embedder_token_counter
 
@@ -108,6 +109,16 @@ def load_for_index(
         notice(f"{skipped}; building a lexical-only index (tantivy and graph), vector obligations will be unsatisfied")
     include, exclude = files
     corpus = load_corpus(corpus_path, chunking=Chunking(tokens=counter), include=include, exclude=exclude)
+    if notice is not None and corpus_path.is_dir() and schema_path(corpus_path) is None:
+        # The folder's own schema: keys no field can be named after are stored, not fields.
+        keys = {key for chunk in corpus.chunks for key in chunk.metadata}
+        stored = sorted(keys - {"doc_id", *corpus.corpus_schema.fields})
+        if stored:
+            notice(
+                f"front matter keys kept in chunk metadata, not filterable (not field names): {', '.join(stored[:8])}"
+                + (f" and {len(stored) - 8} more" if len(stored) > 8 else "")
+                + "; `race index --infer-schema` writes a schema to rename them in"
+            )
     return corpus, skipped
 
 
@@ -155,85 +166,13 @@ def start_staging(out: Path, *, copy: bool = False) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     if copy:
         try:
-            shutil.copytree(out, staging, symlinks=True, copy_function=_copy_file)
-        except (OSError, shutil.Error, _CopyFailed) as exc:
+            shutil.copytree(out, staging, symlinks=True, copy_function=copy_file)
+        except (OSError, shutil.Error, CopyFailed) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise disk_error(exc, out, staging, "copy the index to update it") or exc from None
     else:
         staging.mkdir()
     return staging
-
-
-DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
-"""What the disk answers when it cannot take a write: full, over quota, read-only, failing, too large."""
-
-
-class _CopyFailed(Exception):
-    """A file the index copy could not write: raised out of ``copytree`` at once (an ``OSError``
-    would be collected, and the copy go on to fail on every remaining file of a full disk)."""
-
-    def __init__(self, error: OSError, target: str) -> None:
-        super().__init__(str(error))
-        self.error, self.target = error, target
-
-
-def _copy_file(src: str, dst: str) -> object:
-    try:
-        return shutil.copy2(src, dst)
-    except OSError as exc:
-        raise _CopyFailed(exc, dst) from exc
-
-
-def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> StorageError | None:
-    """``exc`` as one short ``StorageError`` line naming the index, the cause and the file when
-    the disk refused a write (the partial index in ``staging`` is already removed); else ``None``."""
-    error: BaseException = exc
-    target = ""
-    if isinstance(exc, _CopyFailed):
-        error, target = exc.error, exc.target
-    elif isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
-        # copytree's list of (source, target, reason) for every file it failed on: the first says why.
-        reason = str(exc.args[0][0][2])
-        return StorageError(
-            f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial index {staging}",
-            where=str(out),
-        )
-    if not isinstance(error, OSError) or (error.errno not in DISK_ERRNOS and not isinstance(exc, _CopyFailed)):
-        return None
-    cause = error.strerror or type(error).__name__
-    code = errno.errorcode.get(error.errno or 0, str(error.errno))
-    where = str(Path(target).relative_to(staging)) if target and Path(target).is_relative_to(staging) else ""
-    at = f" writing {where}" if where else ""
-    return StorageError(f"cannot {doing}: {cause} ({code}){at}; removed the partial index {staging}", where=str(out))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clear_dead_builds(out: Path) -> list[Path]:
-    """Remove what a killed ``race index`` of ``out`` left beside it: its ``.NAME.building-PID``
-    directory, and put back the previous index (``.NAME.previous-PID``) if it was killed between
-    moving that away and moving the new one in. A directory of a process still running is left
-    alone. The paths removed or restored."""
-    done: list[Path] = []
-    for kind in ("previous", "building"):
-        for path in sorted(out.parent.glob(f".{out.name}.{kind}-*")):
-            pid = path.name.rsplit("-", 1)[1]
-            if not pid.isdigit() or _pid_alive(int(pid)):
-                continue
-            if kind == "previous" and not out.exists():
-                path.rename(out)
-            else:
-                shutil.rmtree(path, ignore_errors=True)
-            done.append(path)
-    return done
 
 
 def finish_staging(staging: Path, out: Path, corpus: Corpus, generations: dict[str, str], skipped: str | None) -> None:

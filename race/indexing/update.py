@@ -35,9 +35,7 @@ from race.indexing.indexing import (
     Report,
     _progress,
     build_index,
-    clear_dead_builds,
     corpus_embedder,
-    disk_error,
     document_digests,
     finish_staging,
     load_for_index,
@@ -45,6 +43,7 @@ from race.indexing.indexing import (
     read_manifest,
     start_staging,
 )
+from race.indexing.staging import clear_dead_builds, disk_error
 from rsc import Record
 
 if TYPE_CHECKING:
