@@ -104,3 +104,49 @@ def test_update_after_a_killed_swap_restores_the_index_then_updates(
     assert "updated: 0 added, 1 changed, 0 removed, 2 unchanged; re-indexed 1 document" in err
     assert _leftovers(out) == []
     assert (out / "race-index.json").is_file()
+
+
+_LIMITED = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+from race.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""``race index`` in a process that may write no file past 64 KiB: every write beyond it is
+refused with EFBIG, as a full disk refuses with ENOSPC, and tantivy meets it first."""
+
+
+def test_a_build_the_disk_refuses_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "corpus", corpus)
+    out = tmp_path / "idx"
+    run = subprocess.run(
+        [sys.executable, "-c", _LIMITED, "index", str(corpus), "--out", str(out), "--no-vectors"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 1, run.stderr
+    last = run.stderr.splitlines()[-1]
+    assert last.startswith(f"race: error: {out}: cannot build the index: "), run.stderr
+    assert "internal error" not in run.stderr and "removed the partial index" in last
+    assert not out.exists() and _leftovers(out) == []
+
+
+@pytest.mark.parametrize(
+    ("message", "expect"),
+    [
+        ("An IO error occurred: 'No space left on device (os error 28)'", "No space left on device (ENOSPC)"),
+        ("Internal error: 'File too large (os error 27)'", "File too large (EFBIG)"),
+        (
+            "An error occurred in a thread: 'An index writer was killed.. A worker thread encountered an error "
+            "(io::Error most likely) or panicked.'",
+            "the tantivy index writer stopped on an I/O error (",
+        ),
+    ],
+    ids=["enospc", "efbig", "writer_killed"],
+)
+def test_tantivy_s_refusals_of_a_write_are_disk_errors(message: str, expect: str, tmp_path: Path) -> None:
+    error = disk_error(ValueError(message), tmp_path / "i", tmp_path / ".i.building-1", "build the index")
+    assert error is not None and expect in str(error), error

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from rsc import StorageError
 
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 """What the disk answers when it cannot take a write: full, over quota, read-only, failing, too large."""
+
+
+_RUST_OS_ERROR = re.compile(r"([^'\"]+?) \(os error (\d+)\)")
+"""An ``std::io::Error`` as a Rust library's message shows it: the cause, then its errno."""
 
 
 class CopyFailed(Exception):
@@ -48,6 +53,18 @@ def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> Stor
         reason = str(exc.args[0][0][2])
         return StorageError(
             f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial index {staging}",
+            where=str(out),
+        )
+    if isinstance(error, ValueError) and (found := _RUST_OS_ERROR.search(str(error))) is not None:
+        # tantivy raises a ValueError for the operating system's refusal: "An IO error
+        # occurred: 'No space left on device (os error 28)'".
+        error = OSError(int(found.group(2)), found.group(1))
+    elif isinstance(error, ValueError) and "io::Error" in str(error):
+        # ... or, when a writer thread met it first, only that the thread died of one.
+        free = shutil.disk_usage(staging.parent).free if staging.parent.exists() else 0
+        return StorageError(
+            f"cannot {doing}: the tantivy index writer stopped on an I/O error ({free / 2**20:.1f} MiB free "
+            f"on that disk, or a file size limit); removed the partial index {staging}",
             where=str(out),
         )
     if not isinstance(error, OSError) or (error.errno not in DISK_ERRNOS and not isinstance(exc, CopyFailed)):
