@@ -144,9 +144,15 @@ def test_a_build_the_disk_refuses_is_one_line_and_leaves_nothing(tmp_path: Path)
             "(io::Error most likely) or panicked.'",
             "the tantivy index writer stopped on an I/O error (",
         ),
+        (
+            "lance error: LanceError(IO): No space left on device (os error 28), "
+            "/root/.cargo/registry/src/…/lance-file-13.0.0/src/writer/structural.rs:258:9",
+            "No space left on device (ENOSPC); removed",
+        ),
     ],
-    ids=["enospc", "efbig", "writer_killed"],
+    ids=["enospc", "efbig", "writer_killed", "lancedb"],
 )
-def test_tantivy_s_refusals_of_a_write_are_disk_errors(message: str, expect: str, tmp_path: Path) -> None:
-    error = disk_error(ValueError(message), tmp_path / "i", tmp_path / ".i.building-1", "build the index")
+def test_tantivy_s_and_lance_s_refusals_of_a_write_are_disk_errors(message: str, expect: str, tmp_path: Path) -> None:
+    kind = RuntimeError if message.startswith("lance") else ValueError
+    error = disk_error(kind(message), tmp_path / "i", tmp_path / ".i.building-1", "build the index")
     assert error is not None and expect in str(error), error

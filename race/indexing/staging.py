@@ -21,8 +21,8 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, err
 """What the disk answers when it cannot take a write: full, over quota, read-only, failing, too large."""
 
 
-_RUST_OS_ERROR = re.compile(r"([^'\"]+?) \(os error (\d+)\)")
-"""An ``std::io::Error`` as a Rust library's message shows it: the cause, then its errno."""
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+"""The errno of an ``std::io::Error`` as a Rust library's message shows it."""
 
 
 class CopyFailed(Exception):
@@ -55,10 +55,11 @@ def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> Stor
             f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial index {staging}",
             where=str(out),
         )
-    if isinstance(error, ValueError) and (found := _RUST_OS_ERROR.search(str(error))) is not None:
-        # tantivy raises a ValueError for the operating system's refusal: "An IO error
-        # occurred: 'No space left on device (os error 28)'".
-        error = OSError(int(found.group(2)), found.group(1))
+    if isinstance(error, ValueError | RuntimeError) and (found := _RUST_OS_ERROR.search(str(error))) is not None:
+        # tantivy raises a ValueError for the operating system's refusal ("An IO error
+        # occurred: 'No space left on device (os error 28)'"), LanceDB a RuntimeError.
+        number = int(found.group(1))
+        error = OSError(number, os.strerror(number))
     elif isinstance(error, ValueError) and "io::Error" in str(error):
         # ... or, when a writer thread met it first, only that the thread died of one.
         free = shutil.disk_usage(staging.parent).free if staging.parent.exists() else 0
