@@ -18,6 +18,7 @@ from backends.ingest.formats import html_text
 from race.cli.main import main
 from race.engine import Engine
 from race.evidence.verify import verify_receipt
+from rsc import CorpusError
 from tests.conftest import FIXTURES
 from tests.test_indexing_bad_corpus import make_corpus
 
@@ -169,3 +170,33 @@ def test_include_globs_choose_the_files(tmp_path: Path, capsys: pytest.CaptureFi
     # guide.md, draft.md, README and README.Debian; gone.md matches but leads nowhere.
     assert "4 indexed" in capsys.readouterr().err
     assert json.loads((out / "race-index.json").read_text())["documents"] == 4
+
+
+def test_files_whose_names_would_share_an_id_keep_their_whole_paths(tmp_path: Path) -> None:
+    """As /usr/share/doc/git/contrib/contacts holds the script ``git-contacts`` beside its manual
+    ``git-contacts.txt``: both are documents, each named by its whole path; every other file keeps
+    the id it always had."""
+    root = tmp_path / "c"
+    (root / "contacts").mkdir(parents=True)
+    (root / "contacts" / "git-contacts").write_text("#!/usr/bin/perl\n# list people to cc on a patch\n")
+    (root / "contacts" / "git-contacts.txt").write_text("git-contacts(1)\n\nLists people to cc on a patch.\n")
+    (root / "guide.md").write_text("# Guide\n\nThe Markdown guide.\n")
+    (root / "guide.txt").write_text("The plain text guide.\n")
+    (root / "notes.md").write_text("# Notes\n\nNotes alone.\n")
+    (root / "README").write_text("Read me.\n")
+    (root / "README.Debian").write_text("Debian notes.\n")
+    (root / "a b.txt").write_text("A name with a space.\n")
+    ids = sorted({(c.doc_id, c.source_path) for c in load_corpus(root).chunks})
+    assert ids == [
+        ("README", "README"),
+        ("README.Debian", "README.Debian"),
+        ("a~20b", "a b.txt"),
+        ("contacts/git-contacts", "contacts/git-contacts"),
+        ("contacts/git-contacts.txt", "contacts/git-contacts.txt"),
+        ("guide.md", "guide.md"),
+        ("guide.txt", "guide.txt"),
+        ("notes", "notes.md"),
+    ]
+    (root / "notes.md").write_text("---\nid: README\n---\n# Notes\n")
+    with pytest.raises(CorpusError, match="document id 'README' is also used by README"):
+        load_corpus(root)

@@ -22,12 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import Field, ValidationError
 
 from backends.ingest.chunking import TokenCounter, fit, sections
-from backends.ingest.files import Ingest, Skipped, jsonl_lines, path_id, read_file, reason_words, scan_folder
-from backends.ingest.formats import html_text, rst_title
+from backends.ingest.files import (
+    Ingest,
+    Skipped,
+    document_ids,
+    jsonl_lines,
+    read_file,
+    reason_words,
+    scan_folder,
+)
+from backends.ingest.formats import html_text, parse_front_matter, rst_title
 from backends.ingest.schema import EDGE_RELATIONS as EDGE_RELATIONS
 from backends.ingest.schema import METADATA_FIELDS as METADATA_FIELDS
 from backends.ingest.schema import CorpusSchema, FieldSpec, FieldType, default_schema, load_schema, schema_path
@@ -145,29 +152,6 @@ def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], dict[str, int], int]:
-    """YAML front matter (every scalar a string: types are the schema's), the 1-based line of
-    each key, and the index of the first body line."""
-    if not lines or lines[0].strip() != "---":
-        return {}, {}, 0
-    close = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
-    if close is None:
-        raise CorpusError("front matter opened with '---' is never closed", where=where)
-    block = "".join(lines[1:close])
-    try:
-        node = yaml.compose(block, Loader=yaml.BaseLoader)
-        data = yaml.load(block, Loader=yaml.BaseLoader) if node is not None else {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 2}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "not YAML"
-        raise CorpusError(f"{line}front matter is not YAML ({problem})", where=where) from None
-    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode | type(None)):
-        raise CorpusError("line 2: front matter must be a YAML mapping of 'key: value'", where=where)
-    key_lines = {str(k.value): k.start_mark.line + 2 for k, _ in node.value} if node is not None else {}
-    return data, key_lines, close + 1
-
-
 def chunk_document(
     *,
     doc_id: str,
@@ -224,6 +208,7 @@ def _load_folder(
     chunks: list[Chunk] = []
     seen: dict[str, str] = {}
     own = frozenset({schema.id_field, schema.title_field})
+    named = document_ids([path.relative_to(root).as_posix() for path, _ in files])
     for path, kind in files:
         rel = path.relative_to(root).as_posix()
         read = read_file(path, rel)
@@ -237,11 +222,7 @@ def _load_folder(
         if kind == "rst":
             found_title = rst_title(lines)
         front, key_lines, body_start = parse_front_matter(lines, rel) if markdown else ({}, {}, 0)
-        # A .md or .txt document is named by its path without the extension (as always); a file
-        # of another format by its whole path, so README and README.Debian stay two documents.
-        named = path.relative_to(root)
-        named = named.with_suffix("") if path.suffix in (".md", ".txt") else named
-        doc_id = front.get(schema.id_field) or path_id(named.as_posix())
+        doc_id = front.get(schema.id_field) or named[rel]
         where_id = f"{rel}:{key_lines[schema.id_field]}" if schema.id_field in key_lines else rel
         if not isinstance(doc_id, str) or not _ID.match(doc_id):
             raise CorpusError(f"document id {doc_id!r} has characters outside [A-Za-z0-9_.:/+~-]", where=where_id)

@@ -51,6 +51,31 @@ def path_id(path: str) -> str:
     return "".join(ch if _ID_CHAR.match(ch) else "".join(f"~{b:02X}" for b in ch.encode()) for ch in path)
 
 
+def document_ids(paths: Sequence[str]) -> dict[str, str]:
+    """Each document file's id from its path in the corpus (POSIX, relative): a ``.md`` or
+    ``.txt`` file's path without the extension, any other file's whole path (so ``README`` and
+    ``README.Debian`` stay two documents), written by ``path_id``; and where two files would get
+    one id (``git-contacts`` beside ``git-contacts.txt``, ``guide.md`` beside ``guide.txt``),
+    each of them its whole path. The ids depend on the set of paths only, never on the order."""
+    ids = {path: path_id(_named(path)) for path in paths}
+    while True:
+        counts: dict[str, int] = {}
+        for doc_id in ids.values():
+            counts[doc_id] = counts.get(doc_id, 0) + 1
+        clashing = [path for path, doc_id in ids.items() if counts[doc_id] > 1 and doc_id != path_id(path)]
+        if not clashing:
+            return ids
+        for path in clashing:
+            ids[path] = path_id(path)
+
+
+def _named(path: str) -> str:
+    for suffix in (".md", ".txt"):
+        if path.endswith(suffix) and path.rsplit("/", 1)[-1] != suffix:
+            return path.removesuffix(suffix)
+    return path
+
+
 def reason_words(reason: str) -> str:
     """A skip reason as ``race index`` prints it (``not_utf8``: ``not UTF-8``)."""
     return "not UTF-8" if reason == "not_utf8" else reason.replace("_", " ")

@@ -1,6 +1,7 @@
 """Which files of a folder are documents, in which format, and the text each format indexes.
 
-- Markdown (``.md``, ``.markdown``): chunked at ``##`` headings, front matter read.
+- Markdown (``.md``, ``.markdown``): chunked at ``##`` headings; its YAML front matter
+  (``parse_front_matter``) holds the document's id, title and metadata.
 - Plain text: ``.txt``, ``.text``, a file without an extension (``README``, ``NEWS``), and a
   file named like package documentation whatever follows the first dot (``README.Debian``,
   ``changelog.Debian``, ``copyright``): chunked at blank lines.
@@ -20,7 +21,11 @@ from __future__ import annotations
 import html
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Any, Literal
+
+import yaml
+
+from rsc import CorpusError
 
 DocumentKind = Literal["markdown", "text", "rst", "html"]
 
@@ -151,3 +156,26 @@ def rst_title(lines: list[str]) -> str:
                 continue  # an overline: the title is the next line
             return text
     return ""
+
+
+def parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], dict[str, int], int]:
+    """YAML front matter (every scalar a string: types are the schema's), the 1-based line of
+    each key, and the index of the first body line."""
+    if not lines or lines[0].strip() != "---":
+        return {}, {}, 0
+    close = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if close is None:
+        raise CorpusError("front matter opened with '---' is never closed", where=where)
+    block = "".join(lines[1:close])
+    try:
+        node = yaml.compose(block, Loader=yaml.BaseLoader)
+        data = yaml.load(block, Loader=yaml.BaseLoader) if node is not None else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 2}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise CorpusError(f"{line}front matter is not YAML ({problem})", where=where) from None
+    if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode | type(None)):
+        raise CorpusError("line 2: front matter must be a YAML mapping of 'key: value'", where=where)
+    key_lines = {str(k.value): k.start_mark.line + 2 for k, _ in node.value} if node is not None else {}
+    return data, key_lines, close + 1
