@@ -188,7 +188,10 @@ _TEAM = json.dumps(_schema(team={"type": "keyword"}, date={"type": "date"}, seve
             {"schema.json": _TEAM, "a.md": "x\n", "edges.jsonl": '{"src": "a", "dst": "b", "relation": "blocks"}\n'},
             ["edges.jsonl:1", "'blocks'"],
         ),
-        ({"docs.jsonl": '{"id": "a", "text": "t", "colour": "red"}\n'}, ["docs.jsonl:1", "'colour'"]),
+        (
+            {"docs.jsonl": '{"id": "a", "text": "t", "colour": "red"}\n'},
+            ["docs.jsonl:1", "'colour'", "docs.jsonl has no schema file", "--infer-schema` writes one"],
+        ),
     ],
     ids=[
         "unknown_field",

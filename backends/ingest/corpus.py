@@ -104,9 +104,12 @@ def load_corpus(
     (``Corpus.ingest``)."""
     if not path.exists():
         raise CorpusError("no such corpus file or folder", where=str(path))
+    undeclared = 'declare it, or set extra: "store"'
     if schema is None:
         declared = schema_path(path) is not None or not path.is_dir()
         schema = load_schema(path) if declared else folder_schema(path, include=include, exclude=exclude)
+        if schema_path(path) is None and not path.is_dir():
+            undeclared = f"{path.name} has no schema file: `race index {path} --infer-schema` writes one to review"
     how = chunking or Chunking()
     ingest = None
     if path.is_dir():
@@ -115,7 +118,8 @@ def load_corpus(
         if include or exclude:
             why = "--include and --exclude choose files of a folder corpus, not of a JSONL file"
             raise CorpusError(why, where=str(path))
-        chunks, edges_path = _load_jsonl_documents(path, schema, how), path.with_name(path.stem + ".edges.jsonl")
+        chunks = _load_jsonl_documents(path, schema, how, undeclared)
+        edges_path = path.with_name(path.stem + ".edges.jsonl")
         if not edges_path.exists():
             edges_path = path.parent / "edges.jsonl"
     edges = _load_edges(edges_path, schema) if edges_path.exists() else ()
@@ -258,7 +262,7 @@ def _load_folder(
     return chunks, ingest
 
 
-def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking) -> list[Chunk]:
+def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking, undeclared: str) -> list[Chunk]:
     chunks: list[Chunk] = []
     own = frozenset({schema.id_field, schema.title_field, schema.text_field, "path"})
     seen: dict[str, str] = {}
@@ -275,7 +279,7 @@ def _load_jsonl_documents(path: Path, schema: CorpusSchema, chunking: Chunking) 
         if not isinstance(title, str):
             raise CorpusError(f"field {schema.title_field!r} must be a string", where=where)
         metadata: dict[str, MetadataValue] = {"doc_id": doc_id}
-        metadata.update(schema.metadata(raw, where=where, skip=own))
+        metadata.update(schema.metadata(raw, where=where, skip=own, undeclared=undeclared))
         source = str(raw.get("path") or f"{path.name}#{doc_id}")
         if PATH_FIELD in schema.fields:
             metadata[PATH_FIELD] = source

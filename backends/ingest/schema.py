@@ -159,10 +159,12 @@ class CorpusSchema(Record):
         where: str,
         lines: Mapping[str, int] | None = None,
         skip: frozenset[str] = frozenset(),
+        undeclared: str = 'declare it, or set extra: "store"',
     ) -> dict[str, Any]:
         """The document's metadata, validated and normalized; ``raw`` keys in ``skip`` are the
         document's own fields (id, title, text, path), ``lines`` the line of each key in the
-        file ``where`` names. An empty value is an absent one."""
+        file ``where`` names, ``undeclared`` what the error of an undeclared field advises. An
+        empty value is an absent one."""
         out: dict[str, Any] = {}
         for key in raw:
             if key in skip:
@@ -173,7 +175,7 @@ class CorpusSchema(Record):
             if spec is None:
                 if self.extra == "error":
                     raise CorpusError(
-                        f'field {key!r} is not in the corpus schema (declare it, or set extra: "store")',
+                        f"field {key!r} is not in the corpus schema ({undeclared})",
                         where=where_key,
                     )
                 if value is not None and value != "":
