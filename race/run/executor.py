@@ -10,7 +10,6 @@ at the leg edge (``race.run.legs``): the run always ends with a receipt for ever
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from functools import partial
@@ -84,10 +83,14 @@ class Executor:
             pool=pool,
         )
         self._ctx = RunContext(
-            plan=plan, legs=self._legs, lineage=lineage, early_stop=early_stop, evaluate=self._node, skip=self._skip
+            plan=plan,
+            legs=self._legs,
+            lineage=lineage,
+            early_stop=early_stop,
+            evaluate=self._node,
+            skip=self._skip,
+            roles=roles if roles is not None else DEFAULT_ROLES,
         )
-        if roles is not None:
-            self._ctx = dataclasses.replace(self._ctx, roles=roles)
         self.obligation_receipts: dict[str, ObligationReceipt] = {}
         self.operator_receipts: dict[str, OperatorReceipt] = {}
         self._done: dict[str, Outcome] = {}
