@@ -279,14 +279,14 @@ class Engine(Planning, EvidenceTools):
         )
         root = await executor.run()
         phases.mark("legs")
-        receipt = executor.receipt(root, models=self.models())
+        receipt = executor.receipt(root, models=(models := self.models()))
         receipt = recorder.finish(
             receipt,
             plan=logical,
             explain=explain,
             legs=executor.legs,
             generations=generations,
-            models=self.models(),
+            models=models,
             early_stop=self.early_stop,
         )
         timed = executor.limited or any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps)
