@@ -36,7 +36,7 @@ from race.state.cache import PlanCache, ResultCache
 from race.state.learned import PlanStatistics, record_observations
 from race.state.learned import load_statistics as load_statistics
 from race.state.retain import RunRecorder
-from race.state.snapshots import backends_read, modes_read, pin_snapshots
+from race.state.snapshots import modes_read, pin_snapshots
 from race.tracing import run_attributes, span
 from rsc import Contract, GapKind, InputError, most_specific
 
@@ -227,8 +227,9 @@ class Engine(Planning, EvidenceTools):
         model weights) is not charged to it (``race.planning``); full garbage collections wait
         while it runs (``race.run.gc_pause``). One ``race.run`` span."""
         with full_collections_wait(), span("race.run", where=where) as traced:
-            run = self._run(plan, where=where, retain=retain, analyze=analyze, cache=cache)
-            traced.set(**run_attributes(receipt := await run))
+            receipt = await self._run(plan, where=where, retain=retain, analyze=analyze, cache=cache)
+            if traced.recording:
+                traced.set(**run_attributes(receipt))
         return receipt
 
     async def _run(
@@ -241,7 +242,7 @@ class Engine(Planning, EvidenceTools):
         generations = await self.current_generations(deadline=clock.deadline, bound=clock.read_bound)
         explain, plan_hit = await self._plan_within(logical, generations, where, clock)
         phases.mark("plan")
-        clock.setup_s = await self.set_up_timed(modes_read(explain, self.adapters))
+        clock.setup_s = await self.set_up_timed(needs := modes_read(explain, self.adapters))
         phases.mark("setup")
         # The root is a physical node too: its result is cached under the plan fingerprint
         # (every contract, generation and caller generation) and the physical plan's.
@@ -255,7 +256,7 @@ class Engine(Planning, EvidenceTools):
                 return cached.model_copy(update={"operational": operational, "corpus": self.corpus_root})
         # Every leg, and the lineage, reads the snapshot the plan was made with: a commit that
         # lands mid-run cannot change what this run reads (docs/invariants.md#generations-name-snapshots).
-        read = backends_read(explain, self.adapters)
+        read = frozenset(needs)  # the backends the plan reads: ``backends_read``
         adapters = await pin_snapshots(
             self.adapters, generations, read=read, deadline=clock.deadline, bound=clock.read_bound, pool=self.call_pool
         )
@@ -278,14 +279,14 @@ class Engine(Planning, EvidenceTools):
         )
         root = await executor.run()
         phases.mark("legs")
-        receipt = executor.receipt(root, models=self.models())
+        receipt = executor.receipt(root, models=(models := self.models()))
         receipt = recorder.finish(
             receipt,
             plan=logical,
             explain=explain,
             legs=executor.legs,
             generations=generations,
-            models=self.models(),
+            models=models,
             early_stop=self.early_stop,
         )
         timed = executor.limited or any(g.kind in _TRANSIENT_GAPS for g in receipt.gaps)

@@ -90,11 +90,13 @@ class Planning(BackendFacts):
     plan_cache: PlanCache[Explain]
     absent: tuple[tuple[Any, str], ...] = ()
 
-    def _plan(self, plan: LogicalPlan, generations: Mapping[str, str], where: str) -> tuple[Explain, bool]:
+    def _plan(
+        self, plan: LogicalPlan, generations: Mapping[str, str], where: str, key: Any = None
+    ) -> tuple[Explain, bool]:
         # The plan's own canonical digest, computed once per plan object, stands for the plan.
         # The key is the tuple of every input itself, compared whole: as exact as a fingerprint
         # of them (it is what one would hash) and a fraction of the cost on every run.
-        key = self._plan_key(plan, generations)
+        key = self._plan_key(plan, generations) if key is None else key
         cached = self.plan_cache.get(key)
         with span("race.plan", where=where, cache_hit=cached is not None) as traced:
             explain = cached if cached is not None else self._compile(plan, generations, where, key)
@@ -123,10 +125,11 @@ class Planning(BackendFacts):
     ) -> tuple[Explain, bool]:
         """``_plan`` within the run's deadline: a plan in the cache at once; a compile on a worker
         thread, refused with ``BoundExceeded`` when it has not finished by the deadline."""
-        if self.plan_cache.get(self._plan_key(plan, generations)) is not None:
-            return self._plan(plan, generations, where)
+        key = self._plan_key(plan, generations)
+        if self.plan_cache.get(key) is not None:
+            return self._plan(plan, generations, where, key)
         with anyio.move_on_after(max(clock.remaining(), 0.0)):
-            return await anyio.to_thread.run_sync(self._plan, plan, generations, where, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(self._plan, plan, generations, where, key, abandon_on_cancel=True)
         raise BoundExceeded(
             f"not planned within the plan deadline of {clock.deadline_ms} ms "
             f"({len(plan.obligations)} obligations, {len(plan.operators)} operators); "

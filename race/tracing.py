@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from race.receipt import Receipt
@@ -22,7 +22,8 @@ _available: bool | None = None
 
 
 class Span:
-    """A span that records nothing: what ``span`` yields when tracing is off."""
+    """A span that records nothing: what ``span`` yields when tracing is off. It is its own
+    context manager, so that a span nobody listens to costs no generator."""
 
     recording = False
 
@@ -31,6 +32,12 @@ class Span:
 
     def fail(self, description: str) -> None:
         """Mark the span as failed (a leg's ``backend_error``, a pin that failed)."""
+
+    def __enter__(self) -> Span:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 _OFF = Span()
@@ -92,13 +99,16 @@ def _tracer() -> Any:
     return provider.get_tracer(TRACER_NAME)
 
 
-@contextmanager
-def span(name: str, **attributes: Any) -> Iterator[Span]:
+def span(name: str, **attributes: Any) -> AbstractContextManager[Span]:
     """A span named ``name`` around the block, current for whatever the block starts."""
     tracer = _tracer()
     if tracer is None:
-        yield _OFF
-        return
+        return _OFF
+    return _live(tracer, name, attributes)
+
+
+@contextmanager
+def _live(tracer: Any, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
     with tracer.start_as_current_span(name) as live:
         out = _Live(live)
         out.set(**attributes)

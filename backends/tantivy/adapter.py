@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 _EXACT_SET_CAP = 10_000
+_QUERIES_KEPT = 256
+"""BM25 queries remembered by text, as many as the plan cache keeps plans."""
 
 
 def _generation_of(meta: dict[str, Any], manifest: dict[str, Any]) -> str:
@@ -118,6 +121,9 @@ class TantivyAdapter(Adapter):
         self._state: _State | None = None
         self._generation_lock = threading.Lock()
         self._pin: _Pin | None = None
+        # Shared with every pinned copy of this adapter (``pinned`` copies it shallowly).
+        self._queries: OrderedDict[str, tantivy.Query] = OrderedDict()
+        self._queries_lock = threading.Lock()
 
     @classmethod
     def contracts(cls) -> tuple[Contract, ...]:
@@ -331,15 +337,30 @@ class TantivyAdapter(Adapter):
         return sorted(set(self._analyzer.analyze(text)))
 
     def _text_query(self, request: ScanRequest) -> tantivy.Query:
-        terms = self._terms(request.query.text or "")
+        """The BM25 query of the request's text. Queries are immutable and depend on the text
+        alone (the analyzer and schema are the index's), so the last texts' are remembered: a
+        repeated query is not analysed and built again on every scan."""
+        text = request.query.text or ""
+        with self._queries_lock:
+            query = self._queries.get(text)
+            if query is not None:
+                self._queries.move_to_end(text)
+                return query
+        terms = self._terms(text)
         if not terms:
-            return tantivy.Query.empty_query()
-        clauses = [
-            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, term))
-            for term in terms
-            for field in TEXT_FIELDS
-        ]
-        return tantivy.Query.boolean_query(clauses)
+            query = tantivy.Query.empty_query()
+        else:
+            clauses = [
+                (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, term))
+                for term in terms
+                for field in TEXT_FIELDS
+            ]
+            query = tantivy.Query.boolean_query(clauses)
+        with self._queries_lock:
+            self._queries[text] = query
+            if len(self._queries) > _QUERIES_KEPT:
+                self._queries.popitem(last=False)
+        return query
 
     def _identifier_query(self, request: ScanRequest) -> tantivy.Query:
         clauses: list[tuple[tantivy.Occur, tantivy.Query]] = []

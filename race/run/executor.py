@@ -10,7 +10,6 @@ at the leg edge (``race.run.legs``): the run always ends with a receipt for ever
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from functools import partial
@@ -84,10 +83,14 @@ class Executor:
             pool=pool,
         )
         self._ctx = RunContext(
-            plan=plan, legs=self._legs, lineage=lineage, early_stop=early_stop, evaluate=self._node, skip=self._skip
+            plan=plan,
+            legs=self._legs,
+            lineage=lineage,
+            early_stop=early_stop,
+            evaluate=self._node,
+            skip=self._skip,
+            roles=roles if roles is not None else DEFAULT_ROLES,
         )
-        if roles is not None:
-            self._ctx = dataclasses.replace(self._ctx, roles=roles)
         self.obligation_receipts: dict[str, ObligationReceipt] = {}
         self.operator_receipts: dict[str, OperatorReceipt] = {}
         self._done: dict[str, Outcome] = {}
@@ -156,6 +159,7 @@ class Executor:
                     root = cut_short(self._ctx, physical, self._done, self.obligation_receipts, self.operator_receipts)
         finally:
             FUSION_SECONDS.reset(token)
+            self._release()
         for ob in self.plan.obligations:
             if ob.id in self.obligation_receipts:
                 continue
@@ -244,6 +248,21 @@ class Executor:
             event.set()
         return outcome
 
+    def _release(self) -> None:
+        """Drop the context's hold on this executor (its callbacks are the executor's methods):
+        no node is evaluated after the run, and without that cycle the run's outcomes, hits and
+        pinned adapters are freed as soon as the run is, not at the next collection."""
+        ctx = self._ctx
+        self._ctx = RunContext(
+            plan=ctx.plan,
+            legs=ctx.legs,
+            lineage=ctx.lineage,
+            early_stop=ctx.early_stop,
+            evaluate=_ran,
+            skip=_ran_skip,
+            roles=ctx.roles,
+        )
+
     def _moved(self, scope: anyio.CancelScope, legs: float, cut: float) -> None:
         """The loop runs late: the legs stop starting, and the run is cut, earlier (``race.run.lateness``)."""
         self._legs.move_deadline(legs)
@@ -259,6 +278,14 @@ class Executor:
 
 
 _EVIDENCE_SET = frozenset(EvidenceItem.model_fields)
+
+
+async def _ran(node: PhysicalNode) -> Outcome:
+    raise RuntimeError(f"node {node.node}: the run has ended; an executor runs its plan once")
+
+
+def _ran_skip(node: PhysicalNode, why: str) -> None:
+    raise RuntimeError(f"node {node.node}: the run has ended; an executor runs its plan once")
 
 
 def _sorted(values: frozenset[str]) -> tuple[str, ...]:

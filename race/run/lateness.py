@@ -42,26 +42,39 @@ class Lateness:
         """Tick on the running loop until the returned call stops it; on each new largest
         lateness, tell ``moved`` the new instants. A timer, not a task: stopping it cancels one
         handle, where a task's cancellation cost a run more than all its ticks."""
-        loop = asyncio.get_running_loop()
-        armed: list[asyncio.TimerHandle] = []
-        started = [0.0]
+        ticker = _Ticker(self, moved, asyncio.get_running_loop())
+        ticker.arm()
+        return ticker.stop
 
-        def arm() -> None:
-            started[0] = time.monotonic()
-            armed[:] = [loop.call_later(TICK_S, tick)]
 
-        def tick() -> None:
-            late = time.monotonic() - started[0] - TICK_S
-            if late > self.late_s:
-                self.late_s = late
-                # A timer's callback runs in no task, where anyio (through sniffio) cannot tell
-                # which loop it is on; the callback's context says so for ``moved``.
-                token = sniffio.current_async_library_cvar.set("asyncio")
-                try:
-                    moved(*self.moved())
-                finally:
-                    sniffio.current_async_library_cvar.reset(token)
-            arm()
+class _Ticker:
+    """The timer of one run. An object, not two closures that call each other: such closures
+    are a reference cycle that kept a run's executor, and all it read, until the next garbage
+    collection. The armed handle holds the ticker only until it is cancelled."""
 
-        arm()
-        return lambda: armed[0].cancel()
+    def __init__(self, lateness: Lateness, moved: Callable[[float, float], None], loop: asyncio.AbstractEventLoop):
+        self.lateness, self.moved, self.loop = lateness, moved, loop
+        self.started = 0.0
+        self.armed: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        self.started = time.monotonic()
+        self.armed = self.loop.call_later(TICK_S, self.tick)
+
+    def tick(self) -> None:
+        late = time.monotonic() - self.started - TICK_S
+        lateness = self.lateness
+        if late > lateness.late_s:
+            lateness.late_s = late
+            # A timer's callback runs in no task, where anyio (through sniffio) cannot tell
+            # which loop it is on; the callback's context says so for ``moved``.
+            token = sniffio.current_async_library_cvar.set("asyncio")
+            try:
+                self.moved(*lateness.moved())
+            finally:
+                sniffio.current_async_library_cvar.reset(token)
+        self.arm()
+
+    def stop(self) -> None:
+        if self.armed is not None:
+            self.armed.cancel()

@@ -100,7 +100,9 @@ class LegRunner:
         self.cache = cache
         self.operational = Operational()
         self.pool = pool if pool is not None else CallPool()
-        self._limiters = {name: anyio.CapacityLimiter(concurrency) for name in sorted(adapters)}
+        self._concurrency = concurrency
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        """Each backend's, made when its first leg starts: most runs read one or two backends."""
         self._answered: dict[str, ScanResult] = {}
         self.running: dict[str, tuple[str, ScanNode]] = {}
         """The legs in flight, by label: what a run cut short was still waiting for."""
@@ -132,19 +134,21 @@ class LegRunner:
             answer = await self._fetch(scan, obligation, label)
             record = self.operational.legs.get(label)
             gaps = (*answer.gaps, *(answer.result.gaps if answer.result is not None else ()))
-            kinds = gap_kinds(gaps)
-            model_calls = answer.result.model_calls if answer.result is not None else 0
-            if record is not None:
-                leg.set(ms=record.ms, cache=record.cache, hits=record.hits, outcome=record.outcome)
-            leg.set(gap_kinds=kinds, model_calls=model_calls)
             failed = [g for g in gaps if g.kind in FAILURE_GAPS]
-            if failed:
-                leg.fail(failed[0].detail)
+            if leg.recording:
+                model_calls = answer.result.model_calls if answer.result is not None else 0
+                if record is not None:
+                    leg.set(ms=record.ms, cache=record.cache, hits=record.hits, outcome=record.outcome)
+                leg.set(gap_kinds=gap_kinds(gaps), model_calls=model_calls)
+                if failed:
+                    leg.fail(failed[0].detail)
         outcome = record.outcome if record is not None else "shared"
-        figures = f"{record.ms} ms, {record.hits} hits, cache {record.cache}" if record is not None else "answered"
         if any(g.kind is GapKind.BACKEND_ERROR for g in failed):
             _log.warning("leg %s %s %s: %s (%s)", label, request.backend, contract, outcome, failed[0].detail)
-        _log.debug("leg %s %s %s: %s, %s, gaps %s", label, request.backend, contract, outcome, figures, kinds)
+        if _log.isEnabledFor(logging.DEBUG):
+            figures = f"{record.ms} ms, {record.hits} hits, cache {record.cache}" if record is not None else "answered"
+            kinds = gap_kinds(gaps)
+            _log.debug("leg %s %s %s: %s, %s, gaps %s", label, request.backend, contract, outcome, figures, kinds)
         return answer
 
     async def _fetch(self, scan: ScanNode, obligation: str, label: str) -> Answer:
@@ -269,7 +273,9 @@ class LegRunner:
         """``adapter.scan`` within the backend's concurrency limit, as a call the leg can leave
         behind. A free slot is taken without a trip through the event loop; a full limiter waits
         (and can be cancelled) as usual. A call left behind gives its slot back at once."""
-        limiter = self._limiters[backend]
+        limiter = self._limiters.get(backend)
+        if limiter is None:
+            limiter = self._limiters[backend] = anyio.CapacityLimiter(self._concurrency)
         try:
             limiter.acquire_nowait()
         except anyio.WouldBlock:

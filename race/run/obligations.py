@@ -57,7 +57,9 @@ async def answer(node: LeafNode, ctx: RunContext) -> tuple[Outcome, ObligationRe
         outcome, groups, answers = await read_collapsed(ob, legs, answers, lambda found: build(found, None), ctx)
     outcome = freshness(ob, outcome, ctx)
     status = kind_status(ob)
-    if status is not None:  # an item given its status already (``result_outcome``) is kept as it is
+    # An item given its status already (``result_outcome``) is kept as it is; so is the outcome
+    # when every item has it.
+    if status is not None and any(status not in i.statuses for i in outcome.items):
         outcome = outcome.replace(
             items=tuple(i if status in i.statuses else with_kind_status(ob, i) for i in outcome.items)
         )

@@ -39,4 +39,17 @@ def index_roles(adapters: Iterable[Adapter]) -> Roles:
     """The roles of the schema the adapters' index was built under (the first adapter that
     knows one, as plan filters are checked), the default ones where none does."""
     schema = next((a.corpus_schema for a in adapters if a.corpus_schema is not None), None)
-    return DEFAULT_ROLES if schema is None else roles_of(schema)
+    if schema is None:
+        return DEFAULT_ROLES
+    # An engine's schemas are frozen records read once at open: each run asks again of the same
+    # object, so the last few are remembered, found by identity (``is``).
+    for known, roles in _RECENT:
+        if known is schema:
+            return roles
+    roles = roles_of(schema)
+    _RECENT[:] = [(schema, roles), *_RECENT[: _RECENT_LIMIT - 1]]
+    return roles
+
+
+_RECENT: list[tuple[CorpusSchema, Roles]] = []
+_RECENT_LIMIT = 8
