@@ -23,8 +23,6 @@ from html.parser import HTMLParser
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-import yaml
-
 from rsc import CorpusError
 
 DocumentKind = Literal["markdown", "text", "rst", "html"]
@@ -167,6 +165,10 @@ def parse_front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], di
     if close is None:
         raise CorpusError("front matter opened with '---' is never closed", where=where)
     block = "".join(lines[1:close])
+    # Imported here: a run that reads an index (and verifies HTML citations through this
+    # module) never parses front matter, and PyYAML is a cold start's cost it need not pay.
+    import yaml
+
     try:
         node = yaml.compose(block, Loader=yaml.BaseLoader)
         data = yaml.load(block, Loader=yaml.BaseLoader) if node is not None else {}
