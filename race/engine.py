@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -38,7 +39,7 @@ from race.state.learned import load_statistics as load_statistics
 from race.state.retain import RunRecorder
 from race.state.snapshots import modes_read, pin_snapshots
 from race.tracing import run_attributes, span
-from rsc import Contract, GapKind, InputError, most_specific
+from rsc import Contract, EngineClosed, GapKind, InputError, most_specific
 
 if TYPE_CHECKING:  # batches are run on use (``run_many``), not on every run's path
     from race.evaluation.batch import PlanFailure
@@ -135,9 +136,11 @@ class Engine(Planning, EvidenceTools):
             await adapter.aclose()
 
     def close(self) -> None:
-        """``aclose`` from synchronous code, then stop the loop the ``*_sync`` calls ran on."""
+        """``aclose`` from synchronous code, then stop the loop the ``*_sync`` calls ran on: a
+        ``*_sync`` call still waiting raises ``EngineClosed`` (``race.portal``)."""
         try:
-            self._portal.call(self.aclose)
+            with contextlib.suppress(EngineClosed):  # another close stopped the loop, after its aclose
+                self._portal.call(self.aclose)
         finally:
             self._portal.stop()
 

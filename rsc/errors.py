@@ -19,6 +19,7 @@
     ├── ModelMissingError          the embedding model is not installed
     ├── StorageError               the disk refused a write (full, over quota, read-only)
     ├── CanonicalError             a value has no canonical JSON form
+    ├── EngineClosed               the engine closed while a ``*_sync`` call waited on its loop
     └── BackendError               a backend failed; becomes a gap, never an empty result
         ├── BackendTimeout         the backend did not answer within its deadline
         ├── BackendUnavailable     the backend refused, dropped or garbled the answer
@@ -97,6 +98,10 @@ class StorageError(RaceError):
 
 
 class CanonicalError(RaceError):
+    pass
+
+
+class EngineClosed(RaceError):
     pass
 
 

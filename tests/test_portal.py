@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+import warnings
+from asyncio import selector_events
+from collections import deque
+from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
 
 from race.engine import Engine
 from race.portal import LoopThread
+from rsc.errors import EngineClosed
 from tests.conftest import roomy_plan
 
 
@@ -160,3 +166,148 @@ def test_the_call_sees_the_callers_context_but_the_engine_loops_library(portal: 
         span.reset(token)
         sniffio.current_async_library_cvar.reset(library)
     assert portal.call(seen) == ("unset", "asyncio")
+
+
+# -- a call racing the loop's stop, and a stop while calls wait ----------------------------------
+
+
+def _in_a_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """``call()`` on a thread of its own; the list gets what it returned or raised."""
+    ended: list[object] = []
+
+    def target() -> None:
+        try:
+            ended.append(call())
+        except BaseException as exc:  # handed to the test's thread
+            ended.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, ended
+
+
+def test_a_stop_while_a_call_waits_ends_that_call_with_engine_closed(portal: LoopThread) -> None:
+    started = threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    caller, ended = _in_a_thread(lambda: portal.call(forever))
+    assert started.wait(timeout=30)
+    portal.stop()
+    caller.join(timeout=30)  # a bound on a hang, not a timing
+    assert not caller.is_alive(), "the call still waits on a stopped loop"
+    assert len(ended) == 1 and isinstance(ended[0], EngineClosed), ended
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_call_handed_in_as_the_loop_stops_answers_or_raises_engine_closed(portal: LoopThread, when: str) -> None:
+    # The call has read the running loop when the stop comes: just before its hand-off (the loop
+    # is gone by then), or just after (the loop may or may not have taken it).
+    async def name() -> str:
+        return threading.current_thread().name
+
+    assert portal.call(name) == "race-test"
+    loop = portal._loop
+    assert loop is not None
+
+    class StopAround(deque[Callable[[], None]]):
+        def append(self, item: Callable[[], None]) -> None:
+            if when == "before":
+                portal.stop()
+            super().append(item)
+            if when == "after":
+                portal.stop()
+
+    loop[1].pending = StopAround()
+    caller, ended = _in_a_thread(lambda: portal.call(name))
+    caller.join(timeout=30)  # a bound on a hang, not a timing
+    assert not caller.is_alive(), "the call waits on a loop that stopped"
+    assert len(ended) == 1, ended
+    if when == "before":
+        assert isinstance(ended[0], EngineClosed), ended
+    else:
+        assert ended[0] == "race-test" or isinstance(ended[0], EngineClosed), ended
+    assert portal.call(name) == "race-test"  # the next call starts the loop again
+
+
+def test_closing_the_engine_while_a_sync_run_waits_ends_that_run_with_engine_closed(engine: Engine) -> None:
+    started = threading.Event()
+
+    async def stuck(*args: object, **kwargs: object) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    engine.run = stuck  # type: ignore[method-assign,assignment]
+    caller, ended = _in_a_thread(lambda: engine.run_sync(roomy_plan("cascade_lexical.json")))
+    assert started.wait(timeout=30)
+    engine.close()  # does not wait for the run: it ends it
+    caller.join(timeout=30)  # a bound on a hang, not a timing
+    assert not caller.is_alive(), "run_sync still waits on a closed engine"
+    assert len(ended) == 1 and isinstance(ended[0], EngineClosed), ended
+    assert "closed" in str(ended[0])
+    engine.close()  # twice is fine
+
+
+# -- an interrupt while the loop's thread starts --------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["before the thread starts", "as the thread starts", "while the loop is built"])
+def test_an_interrupted_start_leaves_no_loop_behind_and_the_next_call_starts_one(
+    monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        pytest.skip("Ctrl-C reaches the main thread only, as KeyboardInterrupt")
+    name = f"race-interrupted-start {when}"
+    pending = [True]  # one Ctrl-C, at the first start only
+
+    def ctrl_c() -> None:
+        if pending:
+            pending.clear()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    start = threading.Thread.start
+
+    def interrupted_start(thread: threading.Thread) -> None:
+        if thread.name == name and when == "before the thread starts":
+            ctrl_c()
+        start(thread)
+        if thread.name == name and when == "as the thread starts":
+            ctrl_c()
+
+    make_self_pipe = selector_events.BaseSelectorEventLoop._make_self_pipe  # type: ignore[attr-defined]
+
+    def interrupted_make_self_pipe(loop: asyncio.AbstractEventLoop) -> None:
+        if when == "while the loop is built":
+            ctrl_c()  # on whichever thread builds the loop; the interrupt reaches the main thread
+        make_self_pipe(loop)
+
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    monkeypatch.setattr(selector_events.BaseSelectorEventLoop, "_make_self_pipe", interrupted_make_self_pipe)
+    portal = LoopThread(name)
+
+    async def running_on() -> str:
+        return threading.current_thread().name
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        interrupted = False
+        try:
+            portal.call(running_on)
+        except KeyboardInterrupt:
+            interrupted = True
+        assert interrupted and not pending
+        assert portal.call(running_on) == name  # the next call starts the loop
+        portal.stop()
+        for thread in threading.enumerate():
+            if thread.name == name:
+                thread.join(timeout=30)  # a bound on a hang, not a timing
+        assert [t for t in threading.enumerate() if t.name == name] == [], "a loop thread was left running"
+        gc.collect()  # a half-built loop fails as it is collected
+    assert unraisable == []
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -154,8 +154,9 @@ def test_sync_calls_share_one_loop_and_close_stops_it(index_dir: Path) -> None:
     engine._portal.call(where_am_i)
     engine._portal.call(where_am_i)
     assert seen == ["race-engine", "race-engine"]
-    thread = engine._portal._thread
-    assert thread is not None and thread.is_alive()
+    serving = engine._portal._serving
+    assert serving is not None and serving.thread.is_alive()
+    thread = serving.thread
     engine.close()
     assert not thread.is_alive()
     engine.close()  # twice is harmless
