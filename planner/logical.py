@@ -7,17 +7,13 @@ canonical form whose fingerprint identifies the plan whatever the key order of i
 
 from __future__ import annotations
 
-import math
 import os
-import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import orjson
 from pydantic import Field, ValidationError, model_validator
 
 from planner.operators import (
@@ -148,60 +144,6 @@ def plan_from_input(plan: PlanInput, *, where: str = "plan") -> LogicalPlan:
 
 
 def plan_from_dict(raw: object, *, where: str = "plan") -> LogicalPlan:
-    """A plan's JSON object, validated, checked and normalized. The same object given again (equal
-    JSON values of the same plain types, keys in the same order) is the plan parsed before: a plan
-    is immutable but for its ``contracts`` dict, which must still be as parsed."""
-    key = _parse_key(raw)
-    if key is None:
-        return _plan_from_dict(raw, where=where)
-    with _PARSED_LOCK:
-        known = _PARSED.get(key)
-        if known is not None and known[0].contracts == known[1]:
-            _PARSED.move_to_end(key)
-            plan, contracts, ref, digest = known
-            # Its digest first among the recent ones: the plan cache asks for it next.
-            _RECENT_DIGESTS.insert(0, (ref, contracts, digest))
-            del _RECENT_DIGESTS[_RECENT_LIMIT:]
-            return plan
-    plan = _plan_from_dict(raw, where=where)
-    entry = (plan, dict(plan.contracts), weakref.ref(plan), plan_digest(plan))
-    with _PARSED_LOCK:
-        _PARSED[key] = entry
-        if len(_PARSED) > _PARSED_LIMIT:
-            _PARSED.popitem(last=False)
-    return plan
-
-
-_PARSED: OrderedDict[bytes, tuple[LogicalPlan, dict[str, str], weakref.ref[LogicalPlan], str]] = OrderedDict()
-"""The plans last parsed from JSON objects, by the objects' JSON bytes, least recently used first."""
-_PARSED_LIMIT = 256
-_PARSED_LOCK = threading.Lock()
-_JSON_SCALARS = (str, int, bool, type(None))
-
-
-def _parse_key(raw: object) -> bytes | None:
-    """``raw``'s JSON bytes when every value in it is of a plain JSON type (``dict`` with ``str``
-    keys, ``list``, ``str``, ``int``, finite ``float``, ``bool``, ``None``), so that equal bytes
-    mean equal input, types included; ``None`` otherwise (nothing remembered)."""
-    if not _plain(raw):
-        return None
-    try:
-        return orjson.dumps(raw)
-    except TypeError:  # an int beyond 64 bits
-        return None
-
-
-def _plain(value: object) -> bool:
-    if isinstance(value, dict):
-        return type(value) is dict and all(type(k) is str and _plain(v) for k, v in value.items())
-    if isinstance(value, list):
-        return type(value) is list and all(_plain(v) for v in value)
-    if isinstance(value, float):
-        return type(value) is float and math.isfinite(value)
-    return type(value) in _JSON_SCALARS
-
-
-def _plan_from_dict(raw: object, *, where: str) -> LogicalPlan:
     if not isinstance(raw, dict):
         raise PlanError("a plan must be a JSON object", where=where)
     if "$schema" in raw:

@@ -14,6 +14,7 @@ from planner.validate import MAX_DEPTH_CEILING
 from race.engine import Engine
 from rsc import BoundExceeded, PlanError
 from rsc.canonical import canonical_json, read_json
+from tests.conftest import FIXTURES
 from tests.test_bad_input import refine_chain
 
 
@@ -72,3 +73,20 @@ def test_canonical_json_of_data_deeper_than_orjson_allows() -> None:
         deep = {"a": deep}
     assert canonical_json(deep) == b'{"a":' * 300 + b"1" + b"}" * 300
     assert canonical_json({"b": [1.5, "x"], "a": None}) == b'{"a":null,"b":[1.5,"x"]}'
+
+
+def test_a_dict_plan_with_a_deeply_nested_unknown_field_is_a_plan_error() -> None:
+    plan = json.loads((FIXTURES / "plans" / "cascade_lexical.json").read_text())
+    deep: dict[str, object] = {}
+    for _ in range(2000):
+        deep = {"x": deep}
+    with pytest.raises(PlanError, match="unknown field"):
+        Engine.parse({**plan, "x": deep})
+
+
+def test_two_parses_of_one_plan_are_two_plans() -> None:
+    plan = json.loads((FIXTURES / "plans" / "cascade_lexical.json").read_text())
+    first, second = Engine.parse(plan), Engine.parse(json.loads(json.dumps(plan)))
+    assert first == second and first is not second
+    second.contracts["tantivy.bm25"] = "^9.0"
+    assert first.contracts == {}, "a plan parsed earlier does not change with another"
