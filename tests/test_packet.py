@@ -176,3 +176,80 @@ def test_a_passage_too_long_for_the_budget_is_shortened_at_lines_and_says_so(tmp
         assert "".join(source)[c.char_start : c.char_end] == p.text.rstrip("\n")
     assert packet.quoted_chars == sum(len(p.text) for p in packet.passages) > 0
     assert build_packet(receipt, corpus, max_chars=budget) == packet
+
+
+def _html_page() -> str:
+    """A page as texinfo and Sphinx write them, around real text (textwrap's docstrings): a
+    navigation line of links, a heading, paragraphs with character references, and a <pre>
+    example whose indentation and references are its own."""
+    import html
+    import textwrap
+
+    words = " ".join(str(textwrap.__doc__).split()) + " " + " ".join(str(textwrap.wrap.__doc__).split())
+    body = html.escape("\n".join(textwrap.wrap(words, 70)))
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n<title>textwrap &amp; friends</title>\n"
+        '<style type="text/css">\npre.example {margin-left: 3.2em}\n</style>\n</head>\n<body>\n'
+        '<div class="header">\n<p>\nNext: <a href="fill.html" accesskey="n" rel="next">fill</a>, '
+        'Previous: <a href="intro.html" accesskey="p" rel="prev">Intro</a> &nbsp; '
+        '[<a href="index.html">Index</a>]</p>\n'
+        "</div>\n"
+        '<h2 class="chapter" id="wrap">2 Wrapping <code>text</code></h2>\n\n'
+        f"<p>{body}</p>\n"
+        '<pre class="example">\nfor line in wrap(text, width=40):\n    if len(line) &lt; 40:\n'
+        '        print(line)  <span class="c"># short &amp; sweet</span>\n</pre>\n'
+        "</body>\n</html>\n"
+    )
+
+
+def test_an_html_passage_is_shown_as_a_reader_sees_it_and_cited_as_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Markup becomes one space between words, not a run of blanks; white space is collapsed
+    outside <pre> and kept inside; the citation is the file's own lines and characters, which
+    `race verify` and `race cite` read again, also for a passage shortened to fit."""
+    from backends.ingest.formats import html_shown, html_text
+    from race.evidence.cite import cite_answer
+    from race.evidence.verify import verify_receipt
+    from race.indexing.indexing import build_index
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    page = _html_page()
+    (corpus / "wrap.html").write_text(page, encoding="utf-8")
+    build_index(corpus, tmp_path / "index", vectors=False)
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "o",
+        "obligations": [
+            {"id": "o", "kind": "seek_support", "query": {"text": "TextWrapper expandtabs"}, "query_class": "lexical"}
+        ],
+    }
+    receipt = Engine.open(tmp_path / "index").run_sync(plan)
+    assert receipt.evidence and verify_receipt(receipt, corpus).holds
+    packet = build_packet(receipt, corpus, max_chars=100_000)
+    shown = html_shown(page)
+    assert len(shown) == len(html_text(page)[0].splitlines(keepends=True))
+    assert shown[3] == "textwrap & friends\n" and shown[13] == "2 Wrapping text\n"
+    assert shown[11] == "Next: fill , Previous: Intro [ Index ]\n"  # &nbsp; is white space, collapsed
+    assert shown[24:26] == ["    if len(line) < 40:\n", "        print(line)  # short & sweet\n"]  # <pre>: as written
+    (first,) = packet.passages
+    c = first.citation
+    assert first.text == "".join(shown[c.line_start - 1 : c.line_end]) and "  " not in first.text
+    report = cite_answer(packet, f"It wraps text [{first.handle}].", corpus)
+    assert report.holds and report.counts["valid"] == 1
+    # Without --corpus, `race cite` would read the bundled corpus: a packet of another is refused.
+    (tmp_path / "packet.json").write_text(packet.model_dump_json(), encoding="utf-8")
+    (tmp_path / "answer.txt").write_text("It wraps text [1].\n", encoding="utf-8")
+    assert main(["cite", str(tmp_path / "packet.json"), str(tmp_path / "answer.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cites wrap.html, which is not in the bundled corpus" in err, err
+    assert main(["cite", str(tmp_path / "packet.json"), str(tmp_path / "answer.txt"), "--corpus", str(corpus)]) == 0
+    # Shortened: the kept lines shown, the citation the file's characters of those lines.
+    cut = build_packet(receipt, corpus, max_chars=len(packet.text) - len(first.text) // 2)
+    (short,) = [p for p in cut.passages if p.shortened_from is not None]
+    c = short.citation
+    view = html_text(page)[0]
+    kept = "".join(view.splitlines(keepends=True)[c.line_start - 1 : c.line_end]).rstrip("\n")
+    assert c.char_start is not None and c.char_end == c.char_start + len(kept)
+    assert short.text == "".join(shown[c.line_start - 1 : c.line_end])

@@ -82,8 +82,9 @@ class _TextView(HTMLParser):
     def __init__(self, line_starts: list[int]) -> None:
         super().__init__(convert_charrefs=False)
         self.line_starts = line_starts
-        self.pieces: list[tuple[int, str]] = []
+        self.pieces: list[tuple[int, str, bool]] = []  # offset, text, inside <pre>
         self.hidden = 0  # inside <script> or <style>
+        self.pre = 0  # inside <pre>
         self.title: list[str] = []
         self.in_title = False
 
@@ -94,17 +95,20 @@ class _TextView(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in ("script", "style"):
             self.hidden += 1
+        self.pre += tag == "pre"
         self.in_title = self.in_title or tag == "title"
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("script", "style"):
             self.hidden = max(0, self.hidden - 1)
+        if tag == "pre":
+            self.pre = max(0, self.pre - 1)
         if tag == "title":
             self.in_title = False
 
     def handle_data(self, data: str) -> None:
         if not self.hidden:
-            self.pieces.append((self._offset(), data))
+            self.pieces.append((self._offset(), data, self.pre > 0))
             if self.in_title:
                 self.title.append(data)
 
@@ -113,7 +117,8 @@ class _TextView(HTMLParser):
             return
         char = html.unescape(raw)
         if len(char) <= len(raw):
-            self.pieces.append((self._offset(), char + " " * (len(raw) - len(char))))
+            # The rest of the reference's length stays blank, as markup is.
+            self.pieces.append((self._offset(), char, self.pre > 0))
             if self.in_title:
                 self.title.append(char)
 
@@ -124,24 +129,68 @@ class _TextView(HTMLParser):
         self._reference(f"&#{name};")
 
 
-def html_text(source: str) -> tuple[str, str]:
-    """The text view of an HTML document (module docstring: same length, same lines) and its
-    ``<title>``, whitespace collapsed (``""`` when it has none)."""
+def _parsed(source: str) -> _TextView:
     # The parser counts lines at "\n" only; the chunker's lines break wherever str.splitlines
     # does, and every such character is kept so that both see the file's own lines.
     line_starts = [0]
-    for line in source.split("\n"):
-        line_starts.append(line_starts[-1] + len(line) + 1)
+    for row in source.split("\n"):
+        line_starts.append(line_starts[-1] + len(row) + 1)
     view = _TextView(line_starts)
     view.feed(source)
     view.close()
+    return view
+
+
+def html_text(source: str) -> tuple[str, str]:
+    """The text view of an HTML document (module docstring: same length, same lines) and its
+    ``<title>``, whitespace collapsed (``""`` when it has none)."""
+    view = _parsed(source)
     out = [ch if ch in LINE_BREAKS else " " for ch in source]
-    for offset, piece in view.pieces:
+    for offset, piece, _ in view.pieces:
         for i, ch in enumerate(piece):
             at = offset + i
             if at < len(out) and source[at] not in LINE_BREAKS:
                 out[at] = " " if ch in LINE_BREAKS else ch
     return "".join(out), " ".join("".join(view.title).split())
+
+
+_MARKUP = "\x00"  # where markup stood between two pieces of text; no document holds a NUL
+
+
+def html_shown(source: str) -> list[str]:
+    """The lines of an HTML document as a reader sees them, one for each of the file's lines
+    (``html_text(source)[0].splitlines(keepends=True)``, a line span's lines): markup that stood
+    between words is one space (none where it pads a character reference), and outside
+    ``<pre>`` white space is collapsed, one space between words and none at a line's ends."""
+    view = _parsed(source)
+    text: list[str | None] = [None] * len(source)  # the document's text at each offset; None: markup
+    pre = [False] * len(source)
+    for offset, piece, in_pre in view.pieces:
+        for i, letter in enumerate(piece):
+            if offset + i < len(source):
+                text[offset + i], pre[offset + i] = letter, in_pre
+    lines: list[str] = []
+    body: list[str] = []
+    keep = False  # the line holds text of a <pre>: its white space is kept
+
+    def line() -> str:
+        joined = "".join(body)
+        return joined.replace(_MARKUP, "") if keep else " ".join(joined.replace(_MARKUP, " ").split())
+
+    for at, ch in enumerate(source):
+        if ch in LINE_BREAKS:
+            if ch == "\r" and source[at + 1 : at + 2] == "\n":
+                continue  # "\r\n" is one line break, ended by its "\n"
+            lines.append(line() + ("\r\n" if ch == "\n" and source[at - 1 : at] == "\r" else ch))
+            body, keep = [], False
+        elif (char := text[at]) is not None:
+            body.append(" " if char in LINE_BREAKS else char)
+            keep = keep or pre[at]
+        elif ch == "<" and (not body or body[-1] != _MARKUP):
+            body.append(_MARKUP)  # a tag's run of markup: one mark; a reference's blank rest: none
+    if source and source[-1] not in LINE_BREAKS:
+        lines.append(line())  # the last line, without a line break
+    return lines
 
 
 def rst_title(lines: list[str]) -> str:

@@ -79,6 +79,17 @@ def cmd_cite(args: argparse.Namespace) -> int:
     if not corpus.exists():
         raise InputError("no such corpus folder or JSONL file", where=str(corpus))
     packet = load_packet(Path(args.packet))
+    if not args.corpus:
+        # The default is the demo corpus: a packet of another corpus is refused, not reported missing.
+        foreign = next(
+            (h.source_path for h in packet.handles if not (corpus / h.source_path.partition("#")[0]).is_file()), None
+        )
+        if foreign is not None:
+            raise InputError(
+                f"cites {foreign}, which is not in the bundled corpus (the default): give the corpus "
+                "the packet was made from with --corpus",
+                where=args.packet,
+            )
     answer = sys.stdin.read() if args.answer == "-" else load_answer(Path(args.answer))
     report = cite_answer(packet, answer, corpus, packet_fingerprint=args.packet_fingerprint, where=args.packet)
     sys.stdout.write(canonical_pretty(report) + "\n" if args.json else cite_text(report))

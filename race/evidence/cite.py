@@ -142,18 +142,19 @@ def _check(handle: Handle, source: SourceFile) -> tuple[HandleStatus, Literal["s
         return "missing", "missing", source.error
     hashed: Literal["same", "differs"] = "same" if source.digest == handle.source_hash else "differs"
     span = handle.line_end - handle.line_start + 1
+    lines = source.shown or source.lines  # an HTML passage quotes the lines as a reader sees them
 
     def digest(first: int) -> str:
-        text = "".join(source.lines[first - 1 : first - 1 + span])
+        text = "".join(lines[first - 1 : first - 1 + span])
         return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    if handle.line_end <= len(source.lines) and digest(handle.line_start) == handle.quoted_sha256:
+    if handle.line_end <= len(lines) and digest(handle.line_start) == handle.quoted_sha256:
         return "valid", hashed, ""
-    lines = f"lines {handle.line_start}-{handle.line_end} no longer hold the quoted text"
-    for first in range(1, len(source.lines) - span + 2):
+    where = f"lines {handle.line_start}-{handle.line_end} no longer hold the quoted text"
+    for first in range(1, len(lines) - span + 2):
         if digest(first) == handle.quoted_sha256:
-            return "changed", hashed, f"{lines}; it is now at lines {first}-{first + span - 1}"
-    return "changed", hashed, f"{lines}, and it is nowhere else in the file"
+            return "changed", hashed, f"{where}; it is now at lines {first}-{first + span - 1}"
+    return "changed", hashed, f"{where}, and it is nowhere else in the file"
 
 
 def load_packet(path: Path) -> Packet:

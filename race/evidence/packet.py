@@ -188,29 +188,31 @@ def _interleave(*sides: list[_Candidate]) -> list[_Candidate]:
     return out
 
 
-def shortened(p: Passage, lines: int) -> Passage:
-    """``p`` quoting only its first ``lines`` lines, its citation narrowed to them."""
+def shortened(p: Passage, lines: int, exact: str) -> Passage:
+    """``p`` quoting only its first ``lines`` lines, its citation narrowed to them (``exact``:
+    the cited lines as the index read them, which an HTML passage does not show)."""
     c = p.citation
     text = "".join(p.text.splitlines(keepends=True)[:lines])
-    char_end = None if c.char_start is None else c.char_start + len(text.rstrip("\n"))
+    kept = "".join(exact.splitlines(keepends=True)[:lines])
+    char_end = None if c.char_start is None else c.char_start + len(kept.rstrip("\n"))
     citation = c.model_copy(update={"line_end": c.line_start + lines - 1, "char_end": char_end})
     return p.model_copy(update={"text": text, "citation": citation, "shortened_from": c.line_end})
 
 
-def _longest_prefix(p: Passage, fits: Callable[[Passage], bool]) -> Passage | None:
+def _longest_prefix(p: Passage, fits: Callable[[Passage], bool], exact: str) -> Passage | None:
     """The passage of ``p``'s first lines, as many as ``fits`` allows (at least one), by
     bisection over the line count; ``None`` when not even its first line fits."""
     low, high = 0, p.citation.line_end - p.citation.line_start  # every count <= low fits; > high does not
-    if not fits(shortened(p, 1)):
+    if not fits(shortened(p, 1, exact)):
         return None
     low = 1
     while low < high:
         mid = (low + high + 1) // 2
-        if fits(shortened(p, mid)):
+        if fits(shortened(p, mid, exact)):
             low = mid
         else:
             high = mid - 1
-    return shortened(p, low)
+    return shortened(p, low, exact)
 
 
 def build_packet(
@@ -232,6 +234,7 @@ def build_packet(
     candidates: list[_Candidate] = []
     broken: list[Omission] = []
     quoted: dict[str, str] = {}
+    exact: dict[str, str] = {}
     for item in receipt.evidence:
         hit = item.hits[0]
         path = hit.custody.source_path or ""
@@ -243,7 +246,10 @@ def build_packet(
         if check.status != "valid" or cust.line_start is None or cust.line_end is None:
             broken.append(Omission(evidence=item.key, rank=item.rank, reason="citation_broken", detail=check.status))
             continue
-        quoted[item.key] = source.text[source.offsets[cust.line_start - 1] : source.offsets[cust.line_end]]
+        exact[item.key] = source.text[source.offsets[cust.line_start - 1] : source.offsets[cust.line_end]]
+        # An HTML passage is shown as a reader sees it; its citation is the file's own span.
+        shown = "".join(source.shown[cust.line_start - 1 : cust.line_end])
+        quoted[item.key] = shown if source.shown else exact[item.key]
         placed = tuple(dict.fromkeys([*item.obligations, *_fusion_nodes(item.fusion)]))
         origin = item.origin or origins.get(hit.doc_id, hit.doc_id)
         candidates.append(_Candidate(item, _ROLE.get(item.status, "support"), origin, placed))
@@ -317,7 +323,7 @@ def build_packet(
         if c.item.key in {p.evidence for p in chosen} or c.origin in {p.origin for p in chosen}:
             continue
         whole = passage(c, len(chosen) + 1)
-        kept = _longest_prefix(whole, lambda p: fits(render([*chosen, p])))
+        kept = _longest_prefix(whole, lambda p: fits(render([*chosen, p])), exact[c.item.key])
         if kept is not None:
             chosen.append(kept)
             text = render(chosen)

@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
-from backends.ingest.formats import document_kind, html_text
+from backends.ingest.formats import document_kind, html_shown, html_text
 from race.receipt import Receipt
 from rsc import Hit, Record
 
@@ -100,6 +100,8 @@ class SourceFile:
         self.text = ""
         self.lines: list[str] = []
         self.offsets: list[int] = [0]
+        self.shown: list[str] = []
+        """An HTML file's lines as a reader sees them (``html_shown``); empty for any other file."""
         root = root.resolve()
         relative, _, document = relative.partition("#")
         path = (root / relative).resolve()
@@ -114,7 +116,7 @@ class SourceFile:
                 self.data = self.text.encode("utf-8")
             elif document_kind(path.name) == "html":
                 # The text view the index read: markup blanked, lines and offsets the file's own.
-                self.text = html_text(self.text)[0]
+                self.text, self.shown = html_text(self.text)[0], html_shown(self.text)
         except FileNotFoundError:
             self.error = "file not found"
             self.data = None
