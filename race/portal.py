@@ -115,12 +115,24 @@ def _cancel_every_task(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel the tasks left on a stopped loop and let them end (each waiting call's task hands
     its caller ``EngineClosed``). One turn of the loop first lets every task made take its first
     step: a task cancelled before it never reaches the code that answers its caller."""
-    loop.run_until_complete(asyncio.sleep(0))
+    _run_until_complete(loop, asyncio.sleep(0))
     tasks = asyncio.all_tasks(loop)
     for task in tasks:
         task.cancel()
     if tasks:
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        _run_until_complete(loop, asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _run_until_complete(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[object]) -> None:
+    """``loop.run_until_complete``, run on when a stop queued before the loop ever ran (a stop
+    racing the start, which both the thread and ``stop()`` then act on) ends the first turn."""
+    future = asyncio.ensure_future(awaitable, loop=loop)
+    for _ in range(2):  # one queued stop at most: stop() queues one per serving it sees
+        with contextlib.suppress(RuntimeError):
+            loop.run_until_complete(future)
+        if future.done():
+            return
+    loop.run_until_complete(future)  # what a second early stop would mean: raise it
 
 
 class LoopThread:
@@ -131,6 +143,7 @@ class LoopThread:
         # Read without the lock by every call (the hot path); written under it, last of three.
         self._loop: tuple[asyncio.AbstractEventLoop, _Intake] | None = None
         self._serving: _Serving | None = None
+        self._retiring: _Serving | None = None  # the last one stopped
         self._ident: int | None = None
         self._lock = threading.Lock()
 
@@ -237,8 +250,10 @@ class LoopThread:
         """Stop the loop (safe from any thread, twice, or before it started). Calls still waiting
         raise ``EngineClosed``; this waits a few seconds at most for the loop's thread to end."""
         with self._lock:
-            serving = self._serving
+            # A stop racing another waits for the same thread to end, not for nothing.
+            serving = self._serving or self._retiring
             self._loop, self._serving, self._ident = None, None, None
+            self._retiring = serving
         if serving is None:
             return
         serving.stop()

@@ -311,3 +311,75 @@ def test_an_interrupted_start_leaves_no_loop_behind_and_the_next_call_starts_one
         gc.collect()  # a half-built loop fails as it is collected
     assert unraisable == []
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_a_stop_as_the_loop_is_published_ends_its_thread_without_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop lands after the thread made its loop visible and before it reads the stop flag:
+    both act on it (the thread skips the loop, the stop queues one), and the thread still ends
+    cleanly, its loop closed, no exception in the thread."""
+    from race.portal import _Serving
+
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    published, go_on = threading.Event(), threading.Event()
+
+    class Gate(threading.Event):
+        def set(self) -> None:  # the thread's "ready", just after it publishes the loop
+            super().set()
+            published.set()
+            go_on.wait(timeout=30)
+
+    serving = _Serving("race-stop-as-published")
+    serving.ready = Gate()
+    serving.thread.start()
+    assert published.wait(timeout=30)
+    serving.stop()
+    go_on.set()
+    serving.thread.join(timeout=30)  # a bound on a hang, not a timing
+    assert not serving.thread.is_alive() and serving.loop is not None and serving.loop.is_closed()
+    assert errors == []
+
+
+def test_a_second_stop_waits_for_the_same_thread_to_end(portal: LoopThread) -> None:
+    """Two threads stopping the loop at once: each returns once its thread has ended, so a
+    call after either finds no old loop still shutting down beside a new one."""
+    release = threading.Event()
+
+    async def slow_to_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.to_thread(release.wait, 30)  # the shutdown takes until released
+            raise
+
+    outcome: list[BaseException] = []
+
+    def waiting_call() -> None:
+        try:
+            portal.call(slow_to_cancel)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=waiting_call, daemon=True)
+    caller.start()
+    while not asyncio.all_tasks(portal.call(_loop_of)):
+        threading.Event().wait(0.01)
+    serving = portal._serving
+    assert serving is not None
+    first = threading.Thread(target=portal.stop, daemon=True)
+    first.start()
+    while portal._serving is not None:
+        threading.Event().wait(0.01)
+    second = threading.Thread(target=portal.stop, daemon=True)
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive(), "the second stop returned while the loop's thread was still ending"
+    release.set()
+    for thread in (first, second, caller):
+        thread.join(timeout=30)
+    assert not serving.thread.is_alive()
+    assert [type(exc) for exc in outcome] == [EngineClosed]
+
+
+async def _loop_of() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
