@@ -272,6 +272,7 @@ def test_front_matter_keys_no_field_can_be_named_after_are_stored_not_fields(
     assert schema.extra == "store" and sorted(schema.fields) == ["orphan", "path", "tags", "team"]
     chunks = {c.doc_id: c for c in load_corpus(UNFIT_KEYS).chunks}
     assert chunks["index"].metadata["hide-toc"] == "true" and chunks["index"].metadata["Author"] == "Ann Example"
+    assert chunks["index"].metadata["doc_id"] == "index", "front matter cannot rename a stored document"
     assert chunks["news"].metadata["section"] == "changelog"
     assert "front matter" not in chunks["news"].text, "a front matter key named text is not the body"
     with Engine.open(out) as engine:
@@ -292,6 +293,7 @@ def test_infer_schema_names_the_keys_it_stores(tmp_path: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     assert "stored hide-toc: not a field (not lower-case letters, digits and '_', starting with a letter)" in out
     assert "stored section: not a field (a name every chunk already has)" in out
+    assert "ignored doc_id: not a field (every chunk's own document id)" in out
     schema = load_schema(corpus)
     assert schema.extra == "store" and sorted(schema.fields) == ["orphan", "tags", "team"]
     assert main(["index", str(corpus), "--out", str(tmp_path / "index"), "--no-vectors"]) == 0

@@ -149,10 +149,20 @@ def test_a_build_the_disk_refuses_is_one_line_and_leaves_nothing(tmp_path: Path)
             "/root/.cargo/registry/src/…/lance-file-13.0.0/src/writer/structural.rs:258:9",
             "No space left on device (ENOSPC); removed",
         ),
+        ("Opening '/x/meta.json' failed (os error 2); then No space left on device (os error 28)", "(ENOSPC)"),
     ],
-    ids=["enospc", "efbig", "writer_killed", "lancedb"],
+    ids=["enospc", "efbig", "writer_killed", "lancedb", "second_errno"],
 )
 def test_tantivy_s_and_lance_s_refusals_of_a_write_are_disk_errors(message: str, expect: str, tmp_path: Path) -> None:
     kind = RuntimeError if message.startswith("lance") else ValueError
     error = disk_error(kind(message), tmp_path / "i", tmp_path / ".i.building-1", "build the index")
     assert error is not None and expect in str(error), error
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Opening '/x/meta.json' failed (os error 2)", "Schema error: field 'x' has no io::Error conversion"],
+    ids=["not_found", "not_a_writer"],
+)
+def test_other_library_errors_are_not_disk_errors(message: str, tmp_path: Path) -> None:
+    assert disk_error(ValueError(message), tmp_path / "i", tmp_path / ".i.building-1", "build the index") is None

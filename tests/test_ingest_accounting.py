@@ -186,11 +186,13 @@ def test_files_whose_names_would_share_an_id_keep_their_whole_paths(tmp_path: Pa
     (root / "README").write_text("Read me.\n")
     (root / "README.Debian").write_text("Debian notes.\n")
     (root / "a b.txt").write_text("A name with a space.\n")
+    (root / "a~20b.txt").write_text("A name with the escape character in it.\n")
     ids = sorted({(c.doc_id, c.source_path) for c in load_corpus(root).chunks})
     assert ids == [
         ("README", "README"),
         ("README.Debian", "README.Debian"),
         ("a~20b", "a b.txt"),
+        ("a~7E20b", "a~20b.txt"),
         ("contacts/git-contacts", "contacts/git-contacts"),
         ("contacts/git-contacts.txt", "contacts/git-contacts.txt"),
         ("guide.md", "guide.md"),

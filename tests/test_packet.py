@@ -243,8 +243,16 @@ def test_an_html_passage_is_shown_as_a_reader_sees_it_and_cited_as_the_file(
     (tmp_path / "answer.txt").write_text("It wraps text [1].\n", encoding="utf-8")
     assert main(["cite", str(tmp_path / "packet.json"), str(tmp_path / "answer.txt")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cites wrap.html, which is not in the bundled corpus" in err, err
+    assert err.count("\n") == 1 and "cites wrap.html, which the bundled corpus (the default) does not hold" in err, err
     assert main(["cite", str(tmp_path / "packet.json"), str(tmp_path / "answer.txt"), "--corpus", str(corpus)]) == 0
+    # ... as is one whose file has a name the bundled corpus has, and other bytes.
+    named = next(p for p in sorted(BUNDLED_CORPUS.rglob("*.md"))).relative_to(BUNDLED_CORPUS).as_posix()
+    raw = json.loads(packet.model_dump_json())
+    for handle in raw["handles"]:
+        handle["source_path"] = named
+    (tmp_path / "packet.json").write_text(json.dumps(raw), encoding="utf-8")
+    assert main(["cite", str(tmp_path / "packet.json"), str(tmp_path / "answer.txt")]) == 2
+    assert f"cites {named}, which the bundled corpus (the default) does not hold" in capsys.readouterr().err
     # Shortened: the kept lines shown, the citation the file's characters of those lines.
     cut = build_packet(receipt, corpus, max_chars=len(packet.text) - len(first.text) // 2)
     (short,) = [p for p in cut.passages if p.shortened_from is not None]

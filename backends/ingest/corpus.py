@@ -240,6 +240,7 @@ def _load_folder(
         if PATH_FIELD in schema.fields and PATH_FIELD not in front:
             front = {**front, PATH_FIELD: rel}  # the file's path in the corpus, unless front matter says otherwise
         metadata.update(schema.metadata(front, where=rel, lines=key_lines, skip=own))
+        metadata["doc_id"] = doc_id  # the document's own, whatever its front matter stored
         chunks += chunk_document(
             doc_id=doc_id,
             title=title,

@@ -46,9 +46,10 @@ _ID_CHAR = re.compile(r"[A-Za-z0-9_.:/+~-]")
 
 
 def path_id(path: str) -> str:
-    """A document id from a file's path: each character outside [A-Za-z0-9_.:/+~-] (a space,
-    say) written ``~XX`` (its UTF-8 bytes in hex), so any file name gives a valid id."""
-    return "".join(ch if _ID_CHAR.match(ch) else "".join(f"~{b:02X}" for b in ch.encode()) for ch in path)
+    """A document id from a file's path: each character outside [A-Za-z0-9_.:/+-] (a space,
+    say), and ``~`` itself, written ``~XX`` (its UTF-8 bytes in hex), so any file name gives a
+    valid id and two paths never give one (``a b`` is ``a~20b``, ``a~20b`` is ``a~7E20b``)."""
+    return "".join(ch if ch != "~" and _ID_CHAR.match(ch) else "".join(f"~{b:02X}" for b in ch.encode()) for ch in path)
 
 
 def document_ids(paths: Sequence[str]) -> dict[str, str]:

@@ -326,6 +326,8 @@ def infer_field(name: str, values: list[Any]) -> FieldSpec:
 
 def field_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a metadata field, or ``None`` when it can."""
+    if name == "doc_id":
+        return "every chunk's own document id"
     if name in RESERVED_FIELDS:
         return "a name every chunk already has"
     if re.fullmatch(_NAME, name) is None:

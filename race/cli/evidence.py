@@ -6,6 +6,7 @@ with ``add_evidence_commands``."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -81,19 +82,25 @@ def cmd_cite(args: argparse.Namespace) -> int:
     packet = load_packet(Path(args.packet))
     if not args.corpus:
         # The default is the demo corpus: a packet of another corpus is refused, not reported missing.
-        foreign = next(
-            (h.source_path for h in packet.handles if not (corpus / h.source_path.partition("#")[0]).is_file()), None
-        )
+        held = (h for h in packet.handles if not _bundled(corpus, h.source_path, h.source_hash))
+        foreign = next((h.source_path for h in held), None)
         if foreign is not None:
             raise InputError(
-                f"cites {foreign}, which is not in the bundled corpus (the default): give the corpus "
-                "the packet was made from with --corpus",
+                f"cites {foreign}, which the bundled corpus (the default) does not hold as indexed: give the "
+                "corpus the packet was made from with --corpus",
                 where=args.packet,
             )
     answer = sys.stdin.read() if args.answer == "-" else load_answer(Path(args.answer))
     report = cite_answer(packet, answer, corpus, packet_fingerprint=args.packet_fingerprint, where=args.packet)
     sys.stdout.write(canonical_pretty(report) + "\n" if args.json else cite_text(report))
     return 0 if report.holds else EXIT_CITATION_BROKEN
+
+
+def _bundled(corpus: Path, source_path: str, source_hash: str) -> bool:
+    """Whether the bundled corpus holds ``source_path`` with the bytes it was indexed with (its
+    files never change: another corpus's file of the same name differs)."""
+    path = corpus / source_path.partition("#")[0]
+    return path.is_file() and "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == source_hash
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

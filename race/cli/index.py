@@ -41,7 +41,10 @@ def cmd_infer_schema(corpus: Path) -> int:
     for name, rel in schema.relations.items():
         print(f"relation {name}: {rel.role.value}")
     for name, problem in unfit.items():
-        print(f"stored {name}: not a field ({problem}); kept in chunk metadata, not filterable")
+        if name == "doc_id":  # the loader's own, never overwritten
+            print(f"ignored {name}: not a field ({problem})")
+        else:
+            print(f"stored {name}: not a field ({problem}); kept in chunk metadata, not filterable")
     print(f"race: wrote {target}; review it, then run `race index {corpus} --out DIR`", file=sys.stderr)
     return 0
 

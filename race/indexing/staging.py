@@ -55,12 +55,12 @@ def disk_error(exc: BaseException, out: Path, staging: Path, doing: str) -> Stor
             f"cannot {doing}: {reason[:200]} ({len(exc.args[0])} files failed); removed the partial index {staging}",
             where=str(out),
         )
-    if isinstance(error, ValueError | RuntimeError) and (found := _RUST_OS_ERROR.search(str(error))) is not None:
+    refused = [int(n) for n in _RUST_OS_ERROR.findall(str(error)) if int(n) in DISK_ERRNOS]
+    if isinstance(error, ValueError | RuntimeError) and refused:
         # tantivy raises a ValueError for the operating system's refusal ("An IO error
         # occurred: 'No space left on device (os error 28)'"), LanceDB a RuntimeError.
-        number = int(found.group(1))
-        error = OSError(number, os.strerror(number))
-    elif isinstance(error, ValueError) and "io::Error" in str(error):
+        error = OSError(refused[0], os.strerror(refused[0]))
+    elif isinstance(error, ValueError) and "index writer was killed" in str(error) and "io::Error" in str(error):
         # ... or, when a writer thread met it first, only that the thread died of one.
         free = shutil.disk_usage(staging.parent).free if staging.parent.exists() else 0
         return StorageError(
