@@ -231,7 +231,9 @@ def test_an_html_passage_is_shown_as_a_reader_sees_it_and_cited_as_the_file(
     shown = html_shown(page)
     assert len(shown) == len(html_text(page)[0].splitlines(keepends=True))
     assert shown[3] == "textwrap & friends\n" and shown[13] == "2 Wrapping text\n"
-    assert shown[11] == "Next: fill , Previous: Intro [ Index ]\n"  # &nbsp; is white space, collapsed
+    assert shown[11] == "Next: fill, Previous: Intro [Index]\n"  # &nbsp; is white space, collapsed
+    # An inline element's tags part no words, a block's do, a comment's none.
+    assert html_shown("<p>Call <code>f</code>, <b>w</b>ord.</p><p>Next</p><!-- c -->x\n") == ["Call f, word. Next x\n"]
     assert shown[24:26] == ["    if len(line) < 40:\n", "        print(line)  # short & sweet\n"]  # <pre>: as written
     (first,) = packet.passages
     c = first.citation

@@ -19,6 +19,7 @@ Every other file is an ``unsupported type`` and is counted, not read.
 from __future__ import annotations
 
 import html
+import re
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -155,12 +156,62 @@ def html_text(source: str) -> tuple[str, str]:
 
 
 _MARKUP = "\x00"  # where markup stood between two pieces of text; no document holds a NUL
+_INLINE = frozenset(
+    [
+        "a",
+        "abbr",
+        "acronym",
+        "b",
+        "bdi",
+        "bdo",
+        "big",
+        "cite",
+        "code",
+        "data",
+        "del",
+        "dfn",
+        "em",
+        "font",
+        "i",
+        "img",
+        "ins",
+        "kbd",
+        "label",
+        "mark",
+        "q",
+        "s",
+        "samp",
+        "small",
+        "span",
+        "strike",
+        "strong",
+        "sub",
+        "sup",
+        "time",
+        "tt",
+        "u",
+        "var",
+        "wbr",
+    ]
+)
+"""Elements that sit inside a line of text: their tags part no words (``<b>w</b>ord`` is ``word``)."""
+_TAG_NAME = re.compile(r"</?([A-Za-z][A-Za-z0-9]*)")
+
+
+def _parts_words(source: str, at: int) -> bool:
+    """Whether the markup starting at ``source[at]`` (a ``<``) stands between words, as a block
+    element's tag, a line break or a doctype does; an inline element's tag or a comment does not."""
+    tag = _TAG_NAME.match(source, at)
+    if tag is None:
+        return not source.startswith("<!--", at)
+    return tag.group(1).lower() not in _INLINE
 
 
 def html_shown(source: str) -> list[str]:
     """The lines of an HTML document as a reader sees them, one for each of the file's lines
     (``html_text(source)[0].splitlines(keepends=True)``, a line span's lines): markup that stood
-    between words is one space (none where it pads a character reference), and outside
+    between words (a block element's tag, not a ``<b>`` or a comment) is one space (none where it
+    pads a character reference), and outside
     ``<pre>`` white space is collapsed, one space between words and none at a line's ends."""
     view = _parsed(source)
     text: list[str | None] = [None] * len(source)  # the document's text at each offset; None: markup
@@ -186,8 +237,8 @@ def html_shown(source: str) -> list[str]:
         elif (char := text[at]) is not None:
             body.append(" " if char in LINE_BREAKS else char)
             keep = keep or pre[at]
-        elif ch == "<" and (not body or body[-1] != _MARKUP):
-            body.append(_MARKUP)  # a tag's run of markup: one mark; a reference's blank rest: none
+        elif ch == "<" and (not body or body[-1] != _MARKUP) and _parts_words(source, at):
+            body.append(_MARKUP)  # a run of markup parting words: one mark; a reference's blank rest: none
     if source and source[-1] not in LINE_BREAKS:
         lines.append(line())  # the last line, without a line break
     return lines
