@@ -61,7 +61,7 @@ from backends.milvus.client import (
     MODE_ANN,
     MODE_FLAT,
     VECTOR,
-    connect,
+    Connection,
     resolve_uri,
 )
 from backends.milvus.client import LITE_FILE as LITE_FILE
@@ -116,8 +116,8 @@ class MilvusAdapter(Adapter):
         self._embedder_identity = EmbedderIdentity.model_validate(manifest["embedder"])
         self._embedder_fingerprint = fingerprint(self._embedder_identity)
         self._timeout = timeout
-        with milvus_errors(self._uri):
-            self._client = connect(self._uri, timeout=timeout)
+        self._connection = Connection(self._uri, timeout)
+        self._connection.client()  # connect now: a server that cannot be reached is an error at open
         self._pin: str | None = None
         self._stats: tuple[str, BackendStatistics] | None = None
         self._queries = QueryVectors(embedder, _QUERY_VECTORS)
@@ -243,8 +243,12 @@ class MilvusAdapter(Adapter):
 
         return read_calibration(self._folder)
 
+    @property
+    def _client(self) -> Any:
+        return self._connection.client()
+
     def close(self) -> None:
-        self._client.close()
+        self._connection.close()
 
     async def aclose(self) -> None:
         await blocking(self.close)

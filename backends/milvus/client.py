@@ -4,6 +4,7 @@ client errors into RACE errors (``BackendUnavailable`` / ``BackendTimeout``)."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,6 +113,32 @@ def connect(uri: str, timeout: float) -> MilvusClient:
             raise
         _log.warning("milvus %s: the connection failed (%s); reconnecting once", uri, exc)
         return MilvusClient(uri, timeout=timeout)
+
+
+class Connection:
+    """A client of one URI, connected at first use and again after ``close`` (an engine closed
+    and then used again reads its collection on a new connection)."""
+
+    def __init__(self, uri: str, timeout: float) -> None:
+        self._uri, self._timeout = uri, timeout
+        self._client: MilvusClient | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> MilvusClient:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    with milvus_errors(self._uri):
+                        self._client = connect(self._uri, timeout=self._timeout)
+                client = self._client
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 def resolve_uri(folder: Path, uri: str) -> str:

@@ -362,3 +362,16 @@ def test_an_hnsw_leg_promises_the_calibrated_recall_of_its_collection(
             assert expected is not None and expected.calibration == calibration.fingerprint
     finally:
         milvus.close()
+
+
+def test_a_closed_adapter_reads_again_on_a_new_connection(small_instance: Any) -> None:
+    """An engine closed and then used again (the portal starts its loop again) reads its Milvus
+    collection on a new connection: the same generation and the same answer, not a gap."""
+    adapter = small_instance
+    planned = adapter.generation()
+    before = _scan(adapter.pinned(planned), _request(adapter, QUERIES[0], 3))
+    adapter.close()
+    adapter.close()  # twice: nothing to close
+    assert adapter.generation() == planned
+    after = _scan(adapter.pinned(planned), _request(adapter, QUERIES[0], 3))
+    assert [h.chunk_id for h in after.hits] == [h.chunk_id for h in before.hits] and after.hits
