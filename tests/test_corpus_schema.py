@@ -267,13 +267,14 @@ def test_front_matter_keys_no_field_can_be_named_after_are_stored_not_fields(
     out = tmp_path / "index"
     assert main(["index", str(UNFIT_KEYS), "--out", str(out), "--no-vectors"]) == 0
     err = capsys.readouterr().err
-    assert "not filterable (not field names): Author, hide-toc, section, text;" in err, err
+    assert "not filterable (not field names, or nested values): Author, author, hide-toc, section, text;" in err, err
     schema = CorpusSchema.model_validate_json((out / "schema.json").read_text(encoding="utf-8"))
     assert schema.extra == "store" and sorted(schema.fields) == ["orphan", "path", "tags", "team"]
     chunks = {c.doc_id: c for c in load_corpus(UNFIT_KEYS).chunks}
     assert chunks["index"].metadata["hide-toc"] == "true" and chunks["index"].metadata["Author"] == "Ann Example"
     assert chunks["index"].metadata["doc_id"] == "index", "front matter cannot rename a stored document"
     assert chunks["news"].metadata["section"] == "changelog"
+    assert chunks["news"].metadata["author"] == '{"links":["home","mail"],"name":"Ann Example"}'  # nested: JSON text
     assert "front matter" not in chunks["news"].text, "a front matter key named text is not the body"
     with Engine.open(out) as engine:
         receipt = engine.search_sync(
@@ -294,6 +295,22 @@ def test_infer_schema_names_the_keys_it_stores(tmp_path: Path, capsys: pytest.Ca
     assert "stored hide-toc: not a field (not lower-case letters, digits and '_', starting with a letter)" in out
     assert "stored section: not a field (a name every chunk already has)" in out
     assert "ignored doc_id: not a field (every chunk's own document id)" in out
+    assert "stored author: not a field (holds nested values (objects), kept as their JSON text)" in out
     schema = load_schema(corpus)
     assert schema.extra == "store" and sorted(schema.fields) == ["orphan", "tags", "team"]
     assert main(["index", str(corpus), "--out", str(tmp_path / "index"), "--no-vectors"]) == 0
+
+
+def test_a_jsonl_field_of_objects_is_inferred_as_stored_json_text(tmp_path: Path) -> None:
+    docs = tmp_path / "docs.jsonl"
+    records = [
+        {"id": "a", "text": "alpha beta", "meta": {"lang": "en", "n": 3}, "score": 1.5},
+        {"id": "b", "text": "gamma delta", "meta": {"lang": "de"}, "score": 2},
+    ]
+    docs.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert main(["index", str(docs), "--infer-schema"]) == 0
+    schema = load_schema(docs)
+    assert schema.extra == "store" and sorted(schema.fields) == ["score"]
+    chunks = {c.doc_id: c for c in load_corpus(docs).chunks}
+    assert chunks["a"].metadata["meta"] == '{"lang":"en","n":3}' and chunks["a"].metadata["score"] == 1.5
+    assert main(["index", str(docs), "--out", str(tmp_path / "index"), "--no-vectors"]) == 0

@@ -348,6 +348,7 @@ def infer_schema(
     the keys no field can be named after, each with why: they are kept in each chunk's stored
     metadata (``extra: "store"``), where no filter reads them."""
     from backends.ingest.schema import field_name_problem, infer_field, infer_relations
+    from backends.ingest.values import nested
 
     if not path.exists():
         raise CorpusError("no such corpus file or folder", where=str(path))
@@ -374,6 +375,9 @@ def infer_schema(
                     values.setdefault(key, []).append(value)
     relations = sorted({str(raw.get("relation")) for _, raw in _jsonl(edges_path)}) if edges_path.exists() else []
     unfit = {name: problem for name in sorted(values) if (problem := field_name_problem(name)) is not None}
+    for name in sorted(values):
+        if name not in unfit and any(nested(v) for v in values[name]):
+            unfit[name] = "holds nested values (objects), kept as their JSON text"
     fields = {name: infer_field(name, found) for name, found in sorted(values.items()) if name not in unfit}
     schema = CorpusSchema(
         schema_version="race.schema/1",

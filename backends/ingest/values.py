@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import json
 import math
 import re
 from enum import StrEnum
@@ -35,7 +36,8 @@ ORDERED_TYPES = frozenset({FieldType.DATE, FieldType.DATETIME, FieldType.INTEGER
 
 
 def _stored(value: Any, key: str, where: str) -> MetadataValue:
-    """An undeclared value kept as it is, if it is a scalar or a list of strings."""
+    """An undeclared value kept as it is if it is a scalar or a list of strings; a nested one (an
+    object, a list of anything else) kept as its canonical JSON text."""
     if isinstance(value, bool | int | str):
         return value
     if isinstance(value, float) and math.isfinite(value):
@@ -44,7 +46,17 @@ def _stored(value: Any, key: str, where: str) -> MetadataValue:
         return tuple(value)
     if isinstance(value, dt.date):
         return value.isoformat()
+    if nested(value):
+        try:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            pass
     raise CorpusError(f"field {key!r}: {type(value).__name__} values cannot be stored", where=where)
+
+
+def nested(value: Any) -> bool:
+    """Whether ``value`` is an object or a list holding anything but strings: no field's type."""
+    return isinstance(value, dict) or (isinstance(value, list) and not all(isinstance(v, str) for v in value))
 
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -115,7 +115,8 @@ def load_for_index(
         stored = sorted(keys - {"doc_id", *corpus.corpus_schema.fields})
         if stored:
             notice(
-                f"front matter keys kept in chunk metadata, not filterable (not field names): {', '.join(stored[:8])}"
+                f"front matter keys kept in chunk metadata, not filterable (not field names, or nested values): "
+                f"{', '.join(stored[:8])}"
                 + (f" and {len(stored) - 8} more" if len(stored) > 8 else "")
                 + "; `race index --infer-schema` writes a schema to rename them in"
             )
