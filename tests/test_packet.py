@@ -134,6 +134,27 @@ def test_cli_prints_the_packet_text_or_json(
     assert main(["context", str(saved), "--max-chars", "10"]) == 2
 
 
+def _one_file_run(tmp_path: Path, name: str, text: str, query: str) -> tuple[Path, Receipt]:
+    """A corpus of one file, its lexical index, and the receipt of one lexical obligation, whose
+    citations hold."""
+    from race.evidence.verify import verify_receipt
+    from race.indexing.indexing import build_index
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / name).write_text(text, encoding="utf-8")
+    build_index(corpus, tmp_path / "index", vectors=False)
+    plan = {
+        "schema_version": "race.plan/1",
+        "root": "o",
+        "obligations": [{"id": "o", "kind": "seek_support", "query": {"text": query}, "query_class": "lexical"}],
+    }
+    with Engine.open(tmp_path / "index") as engine:
+        receipt = engine.run_sync(plan)
+    assert receipt.evidence and verify_receipt(receipt, corpus).holds
+    return corpus, receipt
+
+
 def test_a_passage_too_long_for_the_budget_is_shortened_at_lines_and_says_so(tmp_path: Path) -> None:
     """On real text (argparse's own module docstring, one long section), a budget that holds the
     header but no whole passage quotes the first lines that fit, cites exactly those lines, and
@@ -141,23 +162,8 @@ def test_a_passage_too_long_for_the_budget_is_shortened_at_lines_and_says_so(tmp
     import argparse
     import textwrap
 
-    from race.evidence.verify import verify_receipt
-    from race.indexing.indexing import build_index
-
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
     body = "\n".join(textwrap.wrap(" ".join(str(argparse.__doc__).split()), 72))
-    (corpus / "argparse.md").write_text(f"# argparse\n\n## Overview\n\n{body}\n", encoding="utf-8")
-    build_index(corpus, tmp_path / "index", vectors=False)
-    plan = {
-        "schema_version": "race.plan/1",
-        "root": "o",
-        "obligations": [
-            {"id": "o", "kind": "seek_support", "query": {"text": "ArgumentParser"}, "query_class": "lexical"}
-        ],
-    }
-    receipt = Engine.open(tmp_path / "index").run_sync(plan)
-    assert receipt.evidence and verify_receipt(receipt, corpus).holds
+    corpus, receipt = _one_file_run(tmp_path, "argparse.md", f"# argparse\n\n## Overview\n\n{body}\n", "ArgumentParser")
     whole = build_packet(receipt, corpus, max_chars=100_000)
     longest = max(whole.passages, key=lambda p: len(p.text))
     header = len(whole.text) - sum(len("\n".join(passage_lines(p))) + 1 for p in whole.passages)
@@ -210,23 +216,9 @@ def test_an_html_passage_is_shown_as_a_reader_sees_it_and_cited_as_the_file(
     `race verify` and `race cite` read again, also for a passage shortened to fit."""
     from backends.ingest.formats import html_shown, html_text
     from race.evidence.cite import cite_answer
-    from race.evidence.verify import verify_receipt
-    from race.indexing.indexing import build_index
 
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
     page = _html_page()
-    (corpus / "wrap.html").write_text(page, encoding="utf-8")
-    build_index(corpus, tmp_path / "index", vectors=False)
-    plan = {
-        "schema_version": "race.plan/1",
-        "root": "o",
-        "obligations": [
-            {"id": "o", "kind": "seek_support", "query": {"text": "TextWrapper expandtabs"}, "query_class": "lexical"}
-        ],
-    }
-    receipt = Engine.open(tmp_path / "index").run_sync(plan)
-    assert receipt.evidence and verify_receipt(receipt, corpus).holds
+    corpus, receipt = _one_file_run(tmp_path, "wrap.html", page, "TextWrapper expandtabs")
     packet = build_packet(receipt, corpus, max_chars=100_000)
     shown = html_shown(page)
     assert len(shown) == len(html_text(page)[0].splitlines(keepends=True))

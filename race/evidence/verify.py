@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -100,8 +101,7 @@ class SourceFile:
         self.text = ""
         self.lines: list[str] = []
         self.offsets: list[int] = [0]
-        self.shown: list[str] = []
-        """An HTML file's lines as a reader sees them (``html_shown``); empty for any other file."""
+        self._html: str | None = None  # an HTML file's own text, for ``shown``
         root = root.resolve()
         relative, _, document = relative.partition("#")
         path = (root / relative).resolve()
@@ -116,7 +116,7 @@ class SourceFile:
                 self.data = self.text.encode("utf-8")
             elif document_kind(path.name) == "html":
                 # The text view the index read: markup blanked, lines and offsets the file's own.
-                self.text, self.shown = html_text(self.text)[0], html_shown(self.text)
+                self._html, self.text = self.text, html_text(self.text)[0]
         except FileNotFoundError:
             self.error = "file not found"
             self.data = None
@@ -132,6 +132,12 @@ class SourceFile:
         self.lines = self.text.splitlines(keepends=True)
         for line in self.lines:
             self.offsets.append(self.offsets[-1] + len(line))
+
+    @cached_property
+    def shown(self) -> list[str]:
+        """An HTML file's lines as a reader sees them (``html_shown``), read only by the packets
+        that quote them; empty for any other file."""
+        return html_shown(self._html) if self._html is not None and self.data is not None else []
 
     @property
     def digest(self) -> str:
