@@ -131,9 +131,12 @@ class Engine(Planning, EvidenceTools):
         return cls(open_catalog(Path(catalog)), result_cache=ResultCache(directory=cache_dir), **options)
 
     async def aclose(self) -> None:
-        """Close every instance's client (remote and Milvus connections): the engine is done."""
+        """Close every instance's client (remote and Milvus connections): the engine is done. A
+        run after it does its set-up again (connecting again) before its plan's clock starts."""
         for adapter in self.adapters.values():
             await adapter.aclose()
+        self._warmed.clear()
+        self._warmed_plans.clear()
 
     def close(self) -> None:
         """``aclose`` from synchronous code, then stop the loop the ``*_sync`` calls ran on: a

@@ -1,28 +1,26 @@
 """The Milvus adapter: cosine vector search over one collection, through pymilvus.
 
-The same client code talks to a Milvus cluster (``http://host:19530``) and to milvus-lite
-(a local ``*.db`` path, served in-process by the ``milvus-lite`` package). One adapter owns one
-collection, built by ``MilvusAdapter.build`` from a corpus, and serves the one contract its
-vector index supports:
+The same client code talks to a Milvus cluster (``http://host:19530``) and to milvus-lite (a
+local ``*.db`` path, served in-process by ``milvus-lite``). One adapter owns one collection,
+built by ``MilvusAdapter.build`` from a corpus, and serves the one contract its index supports:
 
-* ``milvus.flat_prefilter`` — a FLAT (brute-force) index: the boolean filter expression is
-  evaluated before the top-k, every passing row is compared, so the answer is exact.
+* ``milvus.flat_prefilter`` — a FLAT index: the filter is evaluated before the top-k (exact).
 * ``milvus.ann_filtered`` — an HNSW index: the filter is evaluated inside the graph search
   (``native_filtered_ann``); the recall its contract states is the lower bound measured on
   this collection at build time against the exact float64 answer (``measure_recall``).
-  IVF_FLAT is not offered: under milvus-lite its filtered search measured a mean recall@10 of
-  0.0 for some filters on the bundled corpus (the filter acts after the probe, not inside it).
+  IVF_FLAT is not offered: under milvus-lite its filtered search measured a mean recall@10 of 0.0
+  for some filters on the bundled corpus (the filter acts after the probe, not inside it).
 
-Milvus reports COSINE as a similarity; hits carry ``1 - similarity`` as their
-``cosine_distance``. Every read uses the instance's consistency level (``consistency``; Strong
-unless the manifest or the catalog says otherwise), and a read below Strong carries a caveat.
+Milvus reports COSINE as a similarity; hits carry ``1 - similarity`` as ``cosine_distance``.
+Every read uses the instance's consistency level (``consistency``; Strong unless the manifest
+or the catalog says otherwise), and a read below Strong carries a caveat.
 
 The generation names the collection and its content: URI, collection name, index
 description, row count and a digest over every row (ids, custody fields, metadata and vector
 bytes). Milvus cannot pin a snapshot, so a scan reads the generation again after searching:
 if it moved, the scan is refused with ``SnapshotMoved`` instead of reporting hits of one
-content under the generation of another. Errors and deadlines of the client become
-``BackendUnavailable`` / ``BackendTimeout`` here, at the adapter edge.
+content under the generation of another. Client errors and deadlines become
+``BackendUnavailable`` / ``BackendTimeout`` here; a closed adapter connects again when used.
 """
 
 from __future__ import annotations
@@ -246,6 +244,9 @@ class MilvusAdapter(Adapter):
     @property
     def _client(self) -> Any:
         return self._connection.client()
+
+    def warm(self, modes: frozenset[str] | None = None) -> None:
+        self._connection.client()  # connected again after a close, before a plan's clock starts
 
     def close(self) -> None:
         self._connection.close()
