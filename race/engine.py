@@ -113,16 +113,18 @@ class Engine(Planning, EvidenceTools):
         remote_timeout: float = 5.0,
         early_stop: bool = True,
         milvus: Sequence[Path] = (),
+        compiled_queries: bool = False,
     ) -> Engine:
         """The local backends of ``index_dir``, a ``race serve`` server's contracts for each base URL
-        in ``remotes`` (backend ``remote``; one server), and the Milvus collection in ``milvus``."""
+        in ``remotes`` (backend ``remote``; one server), and the Milvus collection in ``milvus``.
+        ``compiled_queries``: set-up compiles the query embedding path (``BackendFacts``)."""
         index_dir = Path(index_dir)
         adapters = index_adapters(index_dir, remotes=remotes, remote_timeout=remote_timeout, milvus=milvus)
         engine = cls(
             adapters, statistics=statistics, result_cache=ResultCache(directory=cache_dir), early_stop=early_stop
         )
         engine.absent, engine.record_stats = absent_contracts(index_dir), record_stats
-        engine.corpus_root = corpus_root(index_dir)
+        engine.corpus_root, engine.compiled_queries = corpus_root(index_dir), compiled_queries
         return engine
 
     @classmethod

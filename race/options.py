@@ -22,6 +22,8 @@ class EngineOptions:
     early_stop: bool = True
     catalog: Path | None = None
     """A ``race.catalog/1`` file naming every instance, in place of ``index`` and ``remotes``."""
+    compiled_queries: bool = True
+    """A batch embeds many queries: its set-up compiles the query path (``Engine.open``)."""
 
     def check(self) -> None:
         """Bad input of the engine itself (no index, an unreadable catalog), before a batch writes."""
@@ -34,7 +36,9 @@ class EngineOptions:
     def open(self) -> Engine:
         stats = load_statistics(self.statistics) if self.statistics is not None else None
         if self.catalog is not None:
-            return Engine.from_catalog(self.catalog, statistics=stats, early_stop=self.early_stop)
+            engine = Engine.from_catalog(self.catalog, statistics=stats, early_stop=self.early_stop)
+            engine.compiled_queries = self.compiled_queries
+            return engine
         assert self.index is not None
         return Engine.open(
             self.index,
@@ -42,4 +46,5 @@ class EngineOptions:
             remotes=self.remotes,
             remote_timeout=self.remote_timeout,
             early_stop=self.early_stop,
+            compiled_queries=self.compiled_queries,
         )

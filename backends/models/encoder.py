@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -161,6 +161,21 @@ class _Linear:
         return out
 
 
+class ShortPath(Protocol):
+    """Another way to compute a short text's layer products and GELU, with the same bits
+    (``backends.models.kernels``)."""
+
+    def layer(self, number: int) -> tuple[Callable[[FloatArray], FloatArray], ...]:
+        """Layer ``number``'s QKV, attention output, intermediate and output products."""
+        ...
+
+    def gelu(self, x: FloatArray) -> FloatArray: ...
+
+
+SHORT_ROWS = 64
+"""Texts of at most this many tokens take a ``ShortPath``; longer ones fill BLAS's tiles well."""
+
+
 @dataclass(frozen=True)
 class _Layer:
     qkv: _Linear  # query, key and value projections side by side: one matmul for all three
@@ -169,6 +184,9 @@ class _Layer:
     intermediate: _Linear
     output: _Linear
     out_norm: tuple[FloatArray, FloatArray]
+
+    def linears(self) -> tuple[_Linear, _Linear, _Linear, _Linear]:
+        return self.qkv, self.attn_out, self.intermediate, self.output
 
 
 @dataclass(frozen=True)
@@ -187,9 +205,16 @@ class _Bert:
     """sentence-transformers' pooling: the mean of the tokens' states, or the [CLS] token's."""
     normalize: bool = True
     """Whether vectors are scaled to unit length (a ``Normalize`` module in the folder)."""
+    compiled: list[ShortPath] = field(default_factory=list, compare=False, repr=False)
+    """The compiled path for short texts once set up (``backends.models.embedding.compile_short_texts``)."""
 
-    def encode_batch(self, texts: Sequence[str]) -> FloatArray:
-        """Unpadded: every text's real tokens are concatenated into one 2-D activation.
+    @property
+    def short_path(self) -> ShortPath | None:
+        return self.compiled[0] if self.compiled else None
+
+    def encode_batch(self, texts: Sequence[str], short: ShortPath | None = None) -> FloatArray:
+        """Unpadded: every text's real tokens are concatenated into one 2-D activation. With
+        ``short``, a batch of at most ``SHORT_ROWS`` tokens computes its products and GELU there.
 
         transformers pads and masks padded keys with the most negative float, so their
         softmax weight is exactly zero; attending over each text's own tokens only is the
@@ -204,17 +229,21 @@ class _Bert:
         types = np.concatenate([np.asarray(e.type_ids, dtype=np.intp) for e in encodings])
         positions = np.concatenate([np.arange(n, dtype=np.intp) for n in lengths])
         flat = _layer_norm(self.word[ids] + self.position[positions] + self.token_type[types], *self.emb_norm, self.eps)
-        for layer in self.layers:
-            qkv = layer.qkv(flat)
+        if short is None or len(ids) > SHORT_ROWS:
+            short = None
+        gelu = _gelu if short is None else short.gelu
+        for number, layer in enumerate(self.layers):
+            linears = layer.linears() if short is None else short.layer(number)
+            qkv = linears[0](flat)
             if len(lengths) == 1:
                 context = self._attend(qkv)
             else:
                 context = np.empty_like(flat)
                 for start, end in itertools.pairwise(offsets):
                     context[start:end] = self._attend(qkv[start:end])
-            flat = _layer_norm(layer.attn_out(context) + flat, *layer.attn_norm, self.eps)
-            inner = _gelu(layer.intermediate(flat))
-            flat = _layer_norm(layer.output(inner) + flat, *layer.out_norm, self.eps)
+            flat = _layer_norm(linears[1](context) + flat, *layer.attn_norm, self.eps)
+            inner = gelu(linears[2](flat))
+            flat = _layer_norm(linears[3](inner) + flat, *layer.out_norm, self.eps)
         pooled: FloatArray | WideArray
         if self.pooling == "cls":
             pooled = flat[offsets[:-1]]

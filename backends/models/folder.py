@@ -40,6 +40,7 @@ from backends.models.embedding import (
     Embedder,
     MiniLMEmbedder,
     _sha256_file,
+    loaded,
     read_bert,
     token_counter,
 )
@@ -208,7 +209,7 @@ class FolderEmbedder(MiniLMEmbedder):
                     config_sha256=s.config_sha256(),
                     error=InputError,
                 )
-                _LOADED[key] = model
+                _LOADED[key] = loaded(model)
         self._bert = model
         return model
 
@@ -234,7 +235,8 @@ class FolderEmbedder(MiniLMEmbedder):
         out = np.empty((len(texts), dims), dtype=np.float32)
         with _SINGLE_THREAD_BLAS:
             for start in range(0, len(texts), _BATCH):
-                out[start : start + _BATCH] = model.encode_batch([prompt + t for t in texts[start : start + _BATCH]])
+                batch = [prompt + t for t in texts[start : start + _BATCH]]
+                out[start : start + _BATCH] = model.encode_batch(batch, model.short_path)
         return out
 
 

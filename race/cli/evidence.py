@@ -133,6 +133,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     engine = open_engine(args)
     assert isinstance(engine, Engine)
+    engine.compiled_queries = True  # an evaluation embeds every query
     bars: list[tqdm] = []
 
     def progress(total: int) -> Callable[[QueryRecord], None]:

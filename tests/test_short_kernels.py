@@ -1,0 +1,154 @@
+"""The compiled path for short texts (``backends.models.kernels``): the same bits as numpy's
+forward pass for every text it takes, on MiniLM and on a folder model, and set up only when
+an engine is asked to (``compiled_queries``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from backends.models import embedding, kernels
+from backends.models.embedding import MiniLMEmbedder, compile_short_texts
+from backends.models.encoder import SHORT_ROWS, _Bert, _Grid, _Linear
+from backends.models.folder import FolderEmbedder
+from backends.models.kernels import ShortKernels
+from race.engine import Engine
+from tests.conftest import FIXTURES, load_plan
+from tests.tiny_bert import write_tiny_bert
+
+
+@pytest.fixture(scope="module")
+def minilm() -> _Bert:
+    return MiniLMEmbedder()._model()
+
+
+@pytest.fixture(scope="module")
+def short(minilm: _Bert) -> ShortKernels:
+    loaded = ShortKernels.load(minilm)
+    assert loaded is not None
+    return loaded
+
+
+def _real_texts() -> list[str]:
+    """Windows of 1 to 40 words of text nobody here wrote (Debian changelogs), and odd ones."""
+    lines = (FIXTURES / "realtext" / "chunks.jsonl").read_text(encoding="utf-8").splitlines()
+    words = " ".join(json.loads(line)["text"] for line in lines[:40]).split()
+    texts = [" ".join(words[i : i + 1 + i % 40]) for i in range(0, 4000, 13)]
+    return [*texts, "", "?", "naïve café – 東京 🙂", "x " * 30, "the quick brown fox jumps over the lazy dog"]
+
+
+def _bits(model: _Bert, texts: list[str], short: ShortKernels | None) -> bytes:
+    return model.encode_batch(texts, short).tobytes()
+
+
+def test_same_bits_as_numpy_for_every_short_text(minilm: _Bert, short: ShortKernels) -> None:
+    texts = _real_texts()
+    lengths = {len(minilm.tokenizer.encode(t).ids) for t in texts}
+    # Row counts on both sides of a tile's 4, up to the longest text the path takes.
+    assert {2, 3, 5, 12, 13} <= lengths and max(lengths) > SHORT_ROWS
+    for text in texts:
+        assert _bits(minilm, [text], None) == _bits(minilm, [text], short), text
+
+
+def test_a_batch_of_short_texts_has_the_same_bits(minilm: _Bert, short: ShortKernels) -> None:
+    texts = ["replication lag", "a network partition heals", "which node is the leader?", "quorum"]
+    assert sum(len(minilm.tokenizer.encode(t).ids) for t in texts) <= SHORT_ROWS
+    assert _bits(minilm, texts, None) == _bits(minilm, texts, short)
+
+
+def test_a_long_text_stays_on_numpy(minilm: _Bert, short: ShortKernels, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = " ".join(["replication"] * 100)
+    expected = _bits(minilm, [text], None)
+    monkeypatch.setattr(ShortKernels, "layer", lambda *_: pytest.fail("a long text took the short path"))
+    assert _bits(minilm, [text], short) == expected
+
+
+def test_products_match_exact_sums_with_columns_left_over() -> None:
+    rng = np.random.default_rng(7)
+    ints = rng.integers(-(2**20), 2**20, size=(8, 40)).astype(np.float64)
+    weights = rng.integers(-(2**23), 2**23, size=(7, 40)).astype(np.float32)  # 7 outputs: 3 past the last tile
+    out = np.empty((8, 7))
+    kernels._products_compiled(ints, weights, out)
+    assert np.array_equal(out, ints @ weights.astype(np.float64).T)
+
+
+def test_grid_near_a_power_of_two_is_left_to_numpy() -> None:
+    ints, step = np.zeros((4, 8)), np.empty(1)
+    row = np.array([[3.0, 4.0, 0, 0, 0, 0, 0, 0]], dtype=np.float32)  # norm 5
+    assert not kernels._grid_compiled(row, 1.25, ints, step)  # 5 / 1.25 = 4: on a power of two
+    x = np.random.default_rng(3).standard_normal((3, 8)).astype(np.float32)
+    bound = 2.0**26.5 - np.sqrt(8)
+    assert kernels._grid_compiled(x, bound, ints, np.empty(3))
+    grid = _Grid.of(x, axis=-1)
+    assert np.array_equal(ints[:3], grid.ints)
+
+
+def test_a_row_left_to_numpy_gives_numpy_bits(
+    minilm: _Bert, short: ShortKernels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "leader election after a partition"
+    expected = _bits(minilm, [text], None)
+    monkeypatch.setattr(kernels, "_grid_compiled", lambda *_: False)
+    assert _bits(minilm, [text], short) == expected
+
+
+def test_weights_not_exact_in_float32_keep_the_numpy_path(minilm: _Bert) -> None:
+    layer = minilm.layers[0]
+    ints = layer.qkv.weight.ints.copy()
+    ints[0, 0] = 2.0**25 + 1  # 26 significant bits
+    wide = dataclasses.replace(layer.qkv, weight=dataclasses.replace(layer.qkv.weight, ints=ints))
+    model = dataclasses.replace(minilm, layers=(dataclasses.replace(layer, qkv=wide), *minilm.layers[1:]), compiled=[])
+    assert ShortKernels.load(model) is None
+
+
+def test_folder_model_has_the_same_bits(tmp_path: Path) -> None:
+    folder = write_tiny_bert(tmp_path / "tiny-bert")
+    model = FolderEmbedder(folder, name="tiny-bert")._model()
+    short = ShortKernels.load(model)
+    assert short is not None
+    for text in _real_texts()[:60]:
+        assert _bits(model, [text], None) == _bits(model, [text], short), text
+
+
+def test_compile_short_texts_sets_up_every_loaded_model(minilm: _Bert) -> None:
+    texts = ["replication lag after a network partition", "quorum"]
+    expected = _bits(minilm, texts, None)
+    assert compile_short_texts() >= 1
+    assert isinstance(minilm.short_path, ShortKernels)
+    assert MiniLMEmbedder().embed(texts).tobytes() == expected
+
+
+def test_without_numba_nothing_is_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    assert embedding.compile_short_texts() == 0
+
+
+@pytest.mark.anyio
+async def test_an_engine_asked_for_compiled_queries_gives_the_same_receipt(index_dir: Path, minilm: _Bert) -> None:
+    plan = load_plan("showcase.json")
+    kept = list(minilm.compiled)
+    minilm.compiled.clear()
+    try:
+        plain = Engine.open(index_dir)
+        before = (await plain.run(plan, cache=False)).normalized_bytes()
+        assert not minilm.compiled  # a plain engine compiles nothing
+        compiled = Engine.open(index_dir, compiled_queries=True)
+        after = (await compiled.run(plan, cache=False)).normalized_bytes()
+        assert minilm.compiled
+    finally:
+        minilm.compiled[:] = kept or minilm.compiled
+    assert after == before
+
+
+def test_linear_of_a_short_text_is_numpys(minilm: _Bert, short: ShortKernels) -> None:
+    x = np.random.default_rng(11).standard_normal((5, 384)).astype(np.float32)
+    linear: _Linear = minilm.layers[2].intermediate
+    assert short.layer(2)[2](x).tobytes() == linear(x).tobytes()
