@@ -131,6 +131,30 @@ def test_without_numba_nothing_is_compiled(monkeypatch: pytest.MonkeyPatch) -> N
     assert embedding.compile_short_texts() == 0
 
 
+def test_a_compile_that_fails_leaves_the_numpy_path(
+    minilm: _Bert, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(_: _Bert) -> None:
+        raise RuntimeError("no LLVM for this machine")
+
+    monkeypatch.setattr(ShortKernels, "load", broken)
+    monkeypatch.setattr(embedding, "_LOADED", [minilm])
+    kept = list(minilm.compiled)
+    minilm.compiled.clear()
+    try:
+        assert embedding.compile_short_texts() == 0
+        assert minilm.short_path is None
+    finally:
+        minilm.compiled[:] = kept
+    assert "queries embed with numpy" in caplog.text
+
+
+def test_nothing_loaded_imports_no_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedding, "_LOADED", [])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda *_: pytest.fail("looked for numba"))
+    assert embedding.compile_short_texts() == 0
+
+
 @pytest.mark.anyio
 async def test_an_engine_asked_for_compiled_queries_gives_the_same_receipt(index_dir: Path, minilm: _Bert) -> None:
     plan = load_plan("showcase.json")

@@ -6,9 +6,9 @@ OpenBLAS spends much of its time packing the weights rather than multiplying the
 (``benchmarks/bench_query_embedding.py`` measures both). These kernels, compiled by numba
 (the optional extra ``fast``), read each layer's weight integers as float32 (half the bytes;
 exact, since every weight integer of float32 weights has at most 24 significant bits, checked
-at set-up) and keep a tile of 4 rows by 4 columns in registers, on the calling thread (a
-second thread cut the products by a third to a half on a quiet machine, but beside two
-CPU-bound processes made a query wait up to 190 ms for a core). A product is still an exact
+at set-up) and keep a tile of 4 rows by 4 columns in registers, on the calling thread (with
+a second thread, a query beside two CPU-bound processes waited up to 190 ms for a core, in a
+run made while this was written). A product is still an exact
 integer sum (``encoder._exact_matmul``): the order of its terms and FMA contraction cannot
 show. The grid (``_grid``), the rounding (``_finish``) and GELU (``_gelu``) are compiled
 without fast-math, so they round as numpy's operations do, in the same order.
