@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -59,11 +60,18 @@ class CallPool:
         # The call sees the caller's deadline as its own (``anyio.current_effective_deadline``):
         # a cooperative adapter plans with it and is cancelled at it, in its own task.
         deadline = anyio.current_effective_deadline()
-        task: asyncio.Task[_T | _Expired] = asyncio.get_running_loop().create_task(_run(fn, deadline))
+        loop = asyncio.get_running_loop()
+        # The caller waits on a future of its own, as behind ``asyncio.shield``: its cancellation
+        # never reaches the task. The task answers it as its last step, so the caller wakes in
+        # the same turn of the loop as the task ends, not in the turn after; a task that ends
+        # any other way (raising, cancelled) answers it from its done callback.
+        answered: asyncio.Future[_T | _Expired] = loop.create_future()
+        task: asyncio.Task[_T | _Expired] = loop.create_task(_run(fn, deadline, answered))
         self._tasks.add(task)
         task.add_done_callback(self._ended)
+        task.add_done_callback(partial(_pass_on, answered))
         try:
-            answer = await asyncio.shield(task)
+            answer = await answered
             if isinstance(answer, _Expired):
                 # The call met the caller's deadline first: the caller's own cancellation is due
                 # now, and it is what ends the wait (a timeout or the plan deadline, as ever).
@@ -125,12 +133,35 @@ class _Expired:
     """What a call that met its deadline inside its own task answers."""
 
 
+_EXPIRED = _Expired()
+
+
 def _answer(task: asyncio.Task[_T | _Expired]) -> _T | _Expired | BaseException:
     error = task.exception()
     return error if error is not None else task.result()
 
 
-async def _run(fn: Callable[[], Awaitable[_T]], deadline: float) -> _T | _Expired:
+async def _run(
+    fn: Callable[[], Awaitable[_T]], deadline: float, answered: asyncio.Future[_T | _Expired] | None = None
+) -> _T | _Expired:
     with anyio.CancelScope(deadline=deadline):
-        return await fn()
-    return _Expired()
+        answer = await fn()
+        if answered is not None and not answered.done():
+            answered.set_result(answer)
+        return answer
+    if answered is not None and not answered.done():
+        answered.set_result(_EXPIRED)
+    return _EXPIRED
+
+
+def _pass_on(answered: asyncio.Future[Any], task: asyncio.Task[Any]) -> None:
+    """What a task that did not answer ``answered`` itself ended with, passed on to it (as
+    ``asyncio.shield`` passes it on): its exception, or its cancellation."""
+    if answered.done():
+        return
+    if task.cancelled():
+        answered.cancel()
+    elif (error := task.exception()) is not None:
+        answered.set_exception(error)
+    else:
+        answered.set_result(task.result())

@@ -32,7 +32,6 @@ from rsc import (
     weakest,
     weakest_closure,
 )
-from rsc.records import trusted
 
 LeafNode = ScanNode | HybridNode | UnsatisfiableNode
 
@@ -138,14 +137,22 @@ def result_outcome(node: ScanNode, ob: Obligation, result: ScanResult, leg_gaps:
         # rather than by a second copy of every item (``with_kind_status``).
         status = kind_status(ob) if ob.freshness is None else None
         statuses = frozenset() if status is None else frozenset({status})
-    label, found_by = f"{ob.id}/{node.rsc}", frozenset({ob.id})
+    label, found_by, node_id = f"{ob.id}/{node.rsc}", frozenset({ob.id}), ob.id
     items: dict[str, Item] = {}
+    found, new, put = Item.found, object.__new__, object.__setattr__
     for hit in hits:
-        if hit.key not in items:
-            # Built from valid values: what ``Fusion(method="single", node=..., ranks=...)`` makes.
-            ranks = {label: hit.custody.rank}
-            fusion = trusted(Fusion, {**_SINGLE, "node": ob.id, "ranks": ranks, "similarities": {}}, _SINGLE_SET)
-            items[hit.key] = Item.found(hit.key, hit, found_by, statuses, fusion)
+        key = hit.key
+        if key not in items:
+            # Built from valid values: what ``Fusion(method="single", node=..., ranks=...)`` makes
+            # (``rsc.records.trusted``, its steps inline: a leg makes one per hit).
+            fusion = new(Fusion)
+            put(
+                fusion, "__dict__", {**_SINGLE, "node": node_id, "ranks": {label: hit.custody.rank}, "similarities": {}}
+            )
+            put(fusion, "__pydantic_fields_set__", set(_SINGLE_SET))
+            put(fusion, "__pydantic_extra__", None)
+            put(fusion, "__pydantic_private__", None)
+            items[key] = found(key, hit, found_by, statuses, fusion)
     return Outcome(ob.id, tuple(items.values()), coverage, closure, tuple(gaps))
 
 

@@ -101,3 +101,21 @@ def test_a_malformed_row_is_refused_as_validation_refuses_it() -> None:
     with pytest.raises(ValidationError) as validated:
         _validated(rows)
     assert str(built.value) == str(validated.value)
+
+
+@pytest.mark.parametrize("absent", ["title", "text", "char_start", "char_end"])
+def test_a_row_without_an_optional_field_is_built_as_validation_builds_it(absent: str) -> None:
+    rows = [(_row(0), 2.0), (_row(1), 1.5)]
+    del rows[1][0][absent]
+    built, validated = _hits(rows), _validated(rows)
+    assert [h.model_dump_json() for h in built] == [h.model_dump_json() for h in validated]
+    assert [h.custody.model_fields_set for h in built] == [h.custody.model_fields_set for h in validated]
+    assert [h.model_fields_set for h in built] == [h.model_fields_set for h in validated]
+
+
+def test_a_list_of_other_than_strings_in_the_metadata_has_the_answer_validated() -> None:
+    rows = [(_row(0), 2.0), (_row(1, metadata={"tags": ["a", 3]}), 1.5)]
+    with pytest.raises(ValidationError):
+        _validated(rows)
+    with pytest.raises(ValidationError):
+        _hits(rows)
