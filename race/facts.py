@@ -43,7 +43,7 @@ class BackendFacts:
         """Where every run's backend calls go: the ones runs stopped waiting for, per backend."""
         self.compiled_queries = False
         """Whether set-up also compiles the query path of the models it loads (same bits, 0.67x
-        the time a query, about 0.6 s of set-up): for an engine that serves many queries."""
+        the time a query, 0.6 to 1 s of set-up): for an engine that serves many queries."""
         self._contracts = tuple(
             sorted(
                 [c for a in self.adapters.values() for c in a.index_contracts()] + list(extra_contracts),

@@ -304,7 +304,7 @@ def loaded(model: _Bert) -> _Bert:
 def compile_short_texts() -> int:
     """Set up the compiled path for short texts (a query: ``backends.models.kernels``, the extra
     ``fast``) for every model this process has loaded: numba's import and the kernels, read from
-    its cache after the first compile on a machine (about 0.6 s, and 42 MB a model). The vectors
+    its cache after the first compile on a machine (0.6 to 1 s, and 42 MB a model). The vectors
     are the same bits either way. Returns how many models have the path: 0 when none is loaded
     (numba is then not imported), without numba, or where numba fails to import or compile
     (the numpy path runs; the failure is logged)."""
