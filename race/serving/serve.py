@@ -21,14 +21,19 @@ import asyncio
 import ipaddress
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from race.serving.limits import DEFAULT_LIMITS, Limits
 from race.serving.service import Faults, IndexService
 from rsc import InputError
+
+if TYPE_CHECKING:
+    from backends import Adapter
 
 
 def loopback_host(host: str) -> str:
@@ -61,15 +66,20 @@ def running_server(
     port: int = 0,
     faults: Faults = Faults(),
     limits: Limits = DEFAULT_LIMITS,
+    set_up: bool = False,
 ) -> Iterator[RunningServer]:
     """A started server for ``index_dir`` (its event loop on a thread); stopped when the block
-    ends: the listener closes, injected delays are cut short, in-flight requests finish."""
+    ends: the listener closes, injected delays are cut short, in-flight requests finish. With
+    ``set_up``, the adapters' set-up is done before the port is bound (``set_up_adapters``)."""
     from race.engine import Engine
     from race.serving.app import build_app
     from race.serving.http import ServerThread, listen
 
     bind = loopback_host(host)
-    service = IndexService(Engine.open(index_dir).adapters)
+    adapters = Engine.open(index_dir).adapters
+    if set_up:
+        set_up_adapters(adapters)
+    service = IndexService(adapters)
     sock = listen(bind, port, limits.backlog)
     stopping = asyncio.Event()
     thread = ServerThread(build_app(service, faults, limits, stopping), sock, limits)
@@ -88,6 +98,22 @@ def running_server(
         thread.stop()
 
 
+def set_up_adapters(adapters: Mapping[str, Adapter]) -> None:
+    """Every adapter's set-up for every mode (library imports, opens, model weights), all at
+    once on threads, then the compiled query path of the models they loaded: what a request
+    would otherwise pay inside its client's deadline. A failure is left for the scans to
+    report, as an engine's set-up leaves it (``race.facts``)."""
+    from backends.models.embedding import compile_short_texts
+
+    def one(adapter: Adapter) -> None:
+        with suppress(Exception):
+            adapter.warm(None)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(adapters))) as pool:
+        list(pool.map(one, adapters.values()))
+    compile_short_texts()
+
+
 def serve(
     index_dir: Path,
     *,
@@ -97,8 +123,9 @@ def serve(
     limits: Limits = DEFAULT_LIMITS,
     announce: Callable[[str], None] = print,
 ) -> None:
-    """A process's main loop: serve until SIGTERM or SIGINT; ``announce`` gets the base URL
-    once the port is bound. (``running_server`` is the form that leaves signals alone.)
+    """A process's main loop: set up every adapter, then serve until SIGTERM or SIGINT;
+    ``announce`` gets the base URL once the port is bound, so no request pays the set-up.
+    (``running_server`` is the form that leaves signals alone.)
 
     The stop signals get a handler that does nothing, and the C-level handler writes the
     signal number to a wakeup pipe that the main thread waits on. Whichever thread the
@@ -117,7 +144,7 @@ def serve(
     for sig in stops:
         signal.signal(sig, _absorb)
     try:
-        with running_server(index_dir, host=host, port=port, faults=faults, limits=limits) as server:
+        with running_server(index_dir, host=host, port=port, faults=faults, limits=limits, set_up=True) as server:
             bound_host, bound_port = server.server_address[:2]
             announce(f"http://{bound_host!s}:{bound_port}")
             while os.read(wake_read, 1)[0] not in stops:
