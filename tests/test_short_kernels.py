@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,33 @@ async def test_an_engine_asked_for_compiled_queries_gives_the_same_receipt(index
     finally:
         minilm.compiled[:] = kept or minilm.compiled
     assert after == before
+
+
+@pytest.mark.anyio
+async def test_compiling_is_set_up_never_charged_to_the_deadline(
+    index_dir: Path, minilm: _Bert, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A compile made to take longer than the whole plan deadline (4 s against 3 s, which the
+    # retrieval itself needs a small part of): the run is still satisfied, and the compile is
+    # in operational.setup_ms, outside the deadline.
+    real = ShortKernels.load
+
+    def slow(bert: _Bert) -> ShortKernels | None:
+        time.sleep(4.0)
+        return real(bert)
+
+    plan = load_plan("showcase.json")
+    plan["budget"]["deadline_ms"] = 3000
+    monkeypatch.setattr(ShortKernels, "load", slow)
+    kept = list(minilm.compiled)
+    minilm.compiled.clear()
+    try:
+        receipt = await Engine.open(index_dir, compiled_queries=True).run(plan, cache=False)
+        assert minilm.compiled
+    finally:
+        minilm.compiled[:] = kept or minilm.compiled
+    assert all(o.status.value == "satisfied" for o in receipt.obligations if o.mandatory), receipt.obligations
+    assert receipt.operational.setup_ms >= 4000
 
 
 def test_linear_of_a_short_text_is_numpys(minilm: _Bert, short: ShortKernels) -> None:
