@@ -42,7 +42,7 @@ class BackendFacts:
         self.call_pool = CallPool()
         """Where every run's backend calls go: the ones runs stopped waiting for, per backend."""
         self.compiled_queries = False
-        """Whether set-up also compiles the query path of the models it loads (same bits, 0.67x
+        """Whether set-up also compiles the query path of the models it loads (same bits, 0.65x
         the time a query, 0.6 to 1 s of set-up): for an engine that serves many queries."""
         self._contracts = tuple(
             sorted(
