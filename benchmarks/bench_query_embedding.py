@@ -131,9 +131,8 @@ def _products_alone(rounds: int) -> dict[str, list[float]]:
     rng = np.random.default_rng(0)
     linears = [short.layer(n) for n in range(len(model.layers))]
     flat = [lin for layer in linears for lin in layer]
-    inputs = [rng.integers(-(2**20), 2**20, size=(PIECES + 2, lin.weights.shape[1])).astype(np.float64) for lin in flat]
-    padded = [np.concatenate([x, np.zeros((4 - len(x) % 4, x.shape[1]))]) if len(x) % 4 else x for x in inputs]
-    sums = [np.empty((len(x), lin.weights.shape[0])) for x, lin in zip(padded, flat, strict=True)]
+    inputs = [rng.integers(-(2**20), 2**20, size=(PIECES + 2, lin.packed.shape[1])).astype(np.float64) for lin in flat]
+    sums = [np.empty((len(x), lin.packed.shape[0] * lin.tiles.columns)) for x, lin in zip(inputs, flat, strict=True)]
     out: dict[str, list[float]] = {"openblas": [], "compiled": []}
     with threadpool_limits(limits=1, user_api="blas"):
         for _ in range(rounds):
@@ -142,8 +141,8 @@ def _products_alone(rounds: int) -> dict[str, list[float]]:
                 x @ lin.linear.weight.ints
             out["openblas"].append((time.process_time() - started) * 1000.0)
             started = time.process_time()
-            for x, lin, total in zip(padded, flat, sums, strict=True):
-                kernels._products_compiled(x, lin.weights, total)
+            for x, lin, total in zip(inputs, flat, sums, strict=True):
+                lin.tiles(x, lin.packed, total)
             out["compiled"].append((time.process_time() - started) * 1000.0)
     return out
 

@@ -20,6 +20,7 @@ from backends.models.embedding import MiniLMEmbedder, compile_short_texts
 from backends.models.encoder import SHORT_ROWS, _Bert, _Grid, _Linear
 from backends.models.folder import FolderEmbedder
 from backends.models.kernels import ShortKernels
+from backends.models.tiles import Tiles, host_tiles
 from race.engine import Engine
 from tests.conftest import FIXTURES, load_plan
 from tests.tiny_bert import write_tiny_bert
@@ -71,13 +72,36 @@ def test_a_long_text_stays_on_numpy(minilm: _Bert, short: ShortKernels, monkeypa
     assert _bits(minilm, [text], short) == expected
 
 
-def test_products_match_exact_sums_with_columns_left_over() -> None:
-    rng = np.random.default_rng(7)
-    ints = rng.integers(-(2**20), 2**20, size=(8, 40)).astype(np.float64)
-    weights = rng.integers(-(2**23), 2**23, size=(7, 40)).astype(np.float32)  # 7 outputs: 3 past the last tile
-    out = np.empty((8, 7))
-    kernels._products_compiled(ints, weights, out)
-    assert np.array_equal(out, ints @ weights.astype(np.float64).T)
+@pytest.mark.parametrize(("rows", "lanes"), [(14, 8), (6, 4), (6, 2), (3, 1)])
+def test_tile_products_are_exact_sums_for_every_shape(rows: int, lanes: int) -> None:
+    """Each tile shape ``host_tiles`` may choose (and one more), on rows up to 64 (whole tiles
+    and every remainder), depths of 0, 1 and odd, and outputs past the last block."""
+    tiles = Tiles.compile(rows, lanes)
+    rng = np.random.default_rng(rows * 10 + lanes)
+    for count in [*range(1, 2 * rows + 2), 64]:
+        for depth, outputs in [(0, 5), (1, 1), (7, 20), (384, 2 * lanes * 3), (33, 17)]:
+            # 384 terms of at most 2**20 * 2**24: every partial sum exact, as the grid keeps them
+            ints = rng.integers(-(2**20), 2**20 + 1, size=(count, depth)).astype(np.float64)
+            weights = rng.integers(-(2**24), 2**24 + 1, size=(depth, outputs)).astype(np.float64)
+            packed = tiles.pack(weights)
+            assert packed is not None
+            out = np.full((count, packed.shape[0] * tiles.columns), np.nan)
+            tiles(ints, packed, out)
+            assert np.array_equal(out[:, :outputs], ints @ weights), (count, depth, outputs)
+            assert not out[:, outputs:].any()
+
+
+def test_tile_products_refuse_what_they_cannot_hold() -> None:
+    tiles = host_tiles()
+    assert tiles.pack(np.array([[2.0**24 + 1]])) is None  # 25 significant bits: not exact in float32
+    packed = tiles.pack(np.ones((8, 3)))
+    assert packed is not None
+    with pytest.raises(ValueError, match="tile products"):
+        tiles(np.ones((2, 7)), packed, np.empty((2, tiles.columns)))  # depth 7 against 8
+    with pytest.raises(ValueError, match="tile products"):
+        tiles(np.ones((2, 8)), packed, np.empty((2, tiles.columns + 1)))
+    with pytest.raises(ValueError, match="tile products"):
+        tiles(np.ones((8, 2)).T, packed, np.empty((2, tiles.columns)))  # not C-contiguous
 
 
 def test_grid_near_a_power_of_two_is_left_to_numpy() -> None:

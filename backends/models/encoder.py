@@ -143,6 +143,12 @@ def _layer_norm(x: FloatArray, weight: FloatArray, bias: FloatArray, eps: float)
     return out
 
 
+def _add_layer_norm(
+    x: FloatArray, residual: FloatArray, weight: FloatArray, bias: FloatArray, eps: float
+) -> FloatArray:
+    return _layer_norm(x + residual, weight, bias, eps)
+
+
 @dataclass(frozen=True)
 class _Linear:
     """``x @ W + b`` with the product summed exactly, rounded once to float32."""
@@ -170,6 +176,16 @@ class ShortPath(Protocol):
         ...
 
     def gelu(self, x: FloatArray) -> FloatArray: ...
+
+    def attend(self, qkv: FloatArray, heads: int) -> FloatArray | None:
+        """``_Bert._attend`` of one text; ``None`` where it must run instead."""
+        ...
+
+    def add_layer_norm(
+        self, x: FloatArray, residual: FloatArray, weight: FloatArray, bias: FloatArray, eps: float
+    ) -> FloatArray:
+        """``_layer_norm(x + residual, weight, bias, eps)``."""
+        ...
 
 
 SHORT_ROWS = 64
@@ -232,18 +248,19 @@ class _Bert:
         if short is None or len(ids) > SHORT_ROWS:
             short = None
         gelu = _gelu if short is None else short.gelu
+        add_norm = _add_layer_norm if short is None else short.add_layer_norm
         for number, layer in enumerate(self.layers):
             linears = layer.linears() if short is None else short.layer(number)
             qkv = linears[0](flat)
             if len(lengths) == 1:
-                context = self._attend(qkv)
+                context = self._attend_short(qkv, short)
             else:
                 context = np.empty_like(flat)
                 for start, end in itertools.pairwise(offsets):
-                    context[start:end] = self._attend(qkv[start:end])
-            flat = _layer_norm(linears[1](context) + flat, *layer.attn_norm, self.eps)
+                    context[start:end] = self._attend_short(qkv[start:end], short)
+            flat = add_norm(linears[1](context), flat, *layer.attn_norm, self.eps)
             inner = gelu(linears[2](flat))
-            flat = _layer_norm(linears[3](inner) + flat, *layer.out_norm, self.eps)
+            flat = add_norm(linears[3](inner), flat, *layer.out_norm, self.eps)
         pooled: FloatArray | WideArray
         if self.pooling == "cls":
             pooled = flat[offsets[:-1]]
@@ -254,6 +271,10 @@ class _Bert:
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
         out: FloatArray = (pooled / norms).astype(np.float32)
         return out
+
+    def _attend_short(self, qkv: FloatArray, short: ShortPath | None) -> FloatArray:
+        context = None if short is None else short.attend(qkv, self.heads)
+        return self._attend(qkv) if context is None else context
 
     def _attend(self, qkv: FloatArray) -> FloatArray:
         """Self-attention of one text's tokens: (tokens, 3 * hidden) -> (tokens, hidden)."""
