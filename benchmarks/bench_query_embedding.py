@@ -4,7 +4,7 @@ pass's FLOP count for that length (from the model's dimensions) and the rate ach
 
 Two paths of the same model, timed query by query in alternating order: ``numpy`` (the
 forward pass on numpy and OpenBLAS, what a process without set-up runs) and ``compiled``
-(``compile_short_texts``: the kernels of ``backends.models.kernels``, the extra ``fast``);
+(``compile_forward_passes``: the kernels of ``backends.models.kernels``, the extra ``fast``);
 every compiled vector is compared with the numpy one bit for bit. Target: compiled p50 at
 most 10 ms on a quiet machine (the load average is in the table).
 
@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.models.embedding import _SINGLE_THREAD_BLAS, MiniLMEmbedder, compile_short_texts, default_model_dir
-from backends.models.encoder import FloatArray, ShortPath, _Bert
+from backends.models.embedding import _SINGLE_THREAD_BLAS, MiniLMEmbedder, compile_forward_passes, default_model_dir
+from backends.models.encoder import CompiledPath, FloatArray, _Bert
 from backends.models.queries import QueryVectors
 from race.indexing.bundled import BUNDLED_CORPUS
 
@@ -47,7 +47,7 @@ TARGET_MS = 10.0
 class _Path:
     """The model through one path: numpy's (``short=None``) or the compiled one."""
 
-    def __init__(self, model: _Bert, short: ShortPath | None) -> None:
+    def __init__(self, model: _Bert, short: CompiledPath | None) -> None:
         self._model, self._short = model, short
         self.identity = model.identity
 
@@ -126,8 +126,8 @@ def _products_alone(rounds: int) -> dict[str, list[float]]:
     from backends.models import kernels
 
     model = MiniLMEmbedder()._model()
-    short = model.short_path
-    assert isinstance(short, kernels.ShortKernels)
+    short = model.compiled_path
+    assert isinstance(short, kernels.CompiledKernels)
     rng = np.random.default_rng(0)
     linears = [short.layer(n) for n in range(len(model.layers))]
     flat = [lin for layer in linears for lin in layer]
@@ -181,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     texts = _queries(args.queries)
     model = MiniLMEmbedder()._model()
     started = time.perf_counter()
-    assert compile_short_texts() >= 1, "numba is not installed (the extra `fast`)"
+    assert compile_forward_passes() >= 1, "numba is not installed (the extra `fast`)"
     setup_s = time.perf_counter() - started
-    embedders: dict[str, Any] = {"numpy": _Path(model, None), "compiled": _Path(model, model.short_path)}
+    embedders: dict[str, Any] = {"numpy": _Path(model, None), "compiled": _Path(model, model.compiled_path)}
     if args.baseline:
         embedders[f"baseline {args.baseline}"] = _baseline(args.baseline).MiniLMEmbedder()
     for embedder in embedders.values():
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         f"compiled / numpy wall p50: {rows['compiled']['p50_ms'] / rows['numpy']['p50_ms']:.2f}; same vector bits "
         f"for all {len(texts)} queries: {'yes' if same['compiled'] else 'NO'}; target compiled p50 <= {TARGET_MS} ms: "
         f"{'met' if rows['compiled']['p50_ms'] <= TARGET_MS else 'NOT met'}; the compiled path's set-up "
-        f"(`compile_short_texts`) took {setup_s:.2f} s.",
+        f"(`compile_forward_passes`) took {setup_s:.2f} s.",
     ]
     base = next((n for n in rows if n.startswith("baseline")), None)
     if base is not None:

@@ -208,6 +208,6 @@ class BackendFacts:
                 for name, modes in todo:
                     group.start_soon(one, name, modes)
             if self.compiled_queries:  # after the models load; never fails (the numpy path stays)
-                from backends.models.embedding import compile_short_texts
+                from backends.models.embedding import compile_forward_passes
 
-                await anyio.to_thread.run_sync(compile_short_texts, abandon_on_cancel=True)
+                await anyio.to_thread.run_sync(compile_forward_passes, abandon_on_cancel=True)

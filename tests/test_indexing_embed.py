@@ -10,7 +10,15 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from backends.models.embed_batch import DistinctTexts, Parallel, embed_distinct, embed_texts, length_batches
+from backends.models import embed_batch
+from backends.models.embed_batch import (
+    POOL_MIN_TEXTS,
+    DistinctTexts,
+    Parallel,
+    embed_distinct,
+    embed_texts,
+    length_batches,
+)
 from backends.models.embedding import EmbedderIdentity, FloatArray, MiniLMEmbedder
 from tests.conftest import FIXTURES
 
@@ -89,3 +97,20 @@ def test_every_way_of_embedding_gives_the_same_bits(alone: list[bytes], parallel
     vectors = embed_texts(TEXTS, MiniLMEmbedder(), parallel=parallel)
     assert vectors.dtype == np.float32
     assert [row.tobytes() for row in vectors] == alone
+
+
+def test_a_build_of_many_texts_sets_up_the_compiled_path_with_the_same_bits() -> None:
+    """From ``POOL_MIN_TEXTS`` texts on, a build sets up the compiled forward pass (here, or in
+    each worker as it starts) when numba is installed; the vectors are numpy's bits either way."""
+    pytest.importorskip("numba")
+    lines = (FIXTURES / "realtext" / "chunks.jsonl").read_text(encoding="utf-8").splitlines()
+    # Windows of 6 to 30 words: batches of 32 texts have hundreds of rows, and stay cheap.
+    texts = [" ".join(json.loads(line)["text"].split()[: 6 + i % 25]) for i, line in enumerate(lines)][:POOL_MIN_TEXTS]
+    assert len(set(texts)) == POOL_MIN_TEXTS
+    model = MiniLMEmbedder()._model()
+    expected = model.encode_batch(texts[:48], None).tobytes() + model.encode_batch(texts[48:], None).tobytes()
+    vectors = embed_texts(texts, MiniLMEmbedder(), parallel="serial")
+    assert vectors.tobytes() == expected
+    assert model.compiled_path is not None
+    embed_batch._start_worker(None)  # what each worker of the pool runs first
+    assert embed_batch._WORKER is not None and embed_batch._WORKER._model().compiled_path is not None

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("numba")
 
-from backends.models import short_attention
+from backends.models import attention
 from backends.models.embedding import MiniLMEmbedder
 from backends.models.encoder import _ERF_LIMIT, _ERF_STEP, _NORM_BOUND, _gelu, _layer_norm
 from backends.models.float32_sums import _pairwise_sum_compiled, add_layer_norm
@@ -49,17 +49,18 @@ def test_layer_norm_with_its_residual_is_numpys(width: int) -> None:
 
 
 @pytest.mark.parametrize(("heads", "dim"), [(12, 32), (4, 12), (1, 8)])
-def test_attention_is_numpys_for_every_short_length(heads: int, dim: int) -> None:
-    """Random projections of 1 to 64 tokens at three scales, against ``_Bert._attend``. A
-    near-uniform softmax row can have a norm within 1e-12 of a power of two: that text's
-    attention is left to numpy (``None``), which a few of these cases are."""
+def test_attention_is_numpys_for_every_length(heads: int, dim: int) -> None:
+    """Random projections of 1 to 64 tokens at three scales, and longer texts (BLAS's products,
+    heads in groups), against ``_Bert._attend``. A near-uniform softmax row can have a norm
+    within 1e-12 of a power of two: that text's attention is left to numpy (``None``), which a
+    few of these cases are."""
     model = dataclasses.replace(MiniLMEmbedder()._model(), heads=heads)
     rng = np.random.default_rng(heads * 100 + dim)
     left = 0
-    for tokens in range(1, 65):
+    for tokens in [*range(1, 65), 65, 100, 181, 256, 512]:
         for scale in _SCALES:
             qkv = (rng.standard_normal((tokens, 3 * heads * dim)) * scale).astype(np.float32)
-            context = short_attention.attend(qkv, heads)
+            context = attention.attend(qkv, heads)
             left += context is None
             if context is not None:
                 assert _bits(context) == _bits(model._attend(qkv)), (tokens, scale)
@@ -70,13 +71,15 @@ def test_attention_leaves_a_row_near_a_power_of_two_to_numpy() -> None:
     heads, dim, tokens = 2, 4, 3
     qkv = np.random.default_rng(5).standard_normal((tokens, 3 * heads * dim)).astype(np.float32)
     qkv[1, :dim] = [3.0, 4.0, 0.0, 0.0]  # norm 5: 5 / 1.25 = 4, a power of two
-    scores = np.empty((heads, tokens, tokens), dtype=np.float32)
-    assert not short_attention._scores_compiled(qkv, heads, 1.0, 1.25, scores)
-    assert short_attention._scores_compiled(qkv, heads, 1.0, _NORM_BOUND - math.sqrt(dim), scores)
+    ints, steps = np.empty((heads, tokens, dim)), np.empty((heads, tokens))
+    assert not attention._row_grids_compiled(qkv, 0, 1.25, ints, steps)
+    assert attention._row_grids_compiled(qkv, 0, _NORM_BOUND - math.sqrt(dim), ints, steps)
     exps = np.ones((heads, tokens, tokens), dtype=np.float32)
     exps[0, 0] = [1.0, 0.0, 0.0]  # after the division by its sum, the row's norm is 1: 1 / 0.5 = 2
-    out = np.empty((tokens, heads * dim), dtype=np.float32)
-    assert not short_attention._context_compiled(qkv, exps, heads, 0.5, out)
+    assert not attention._probability_grids_compiled(exps, 0.5, np.empty((heads, tokens, tokens)), steps)
+    values, value_steps = np.empty((heads, dim, tokens)), np.empty((heads, dim))
+    qkv[:, 2 * heads * dim] = [0.0, 3.0, 4.0]  # the first value column: norm 5
+    assert not attention._column_grids_compiled(qkv, 2 * heads * dim, 1.25, values, value_steps)
 
 
 def _gelu_edges() -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,10 +18,10 @@ import pytest
 pytest.importorskip("numba")
 
 from backends.models import embedding, kernels
-from backends.models.embedding import MiniLMEmbedder, compile_short_texts
+from backends.models.embedding import MiniLMEmbedder, compile_forward_passes
 from backends.models.encoder import SHORT_ROWS, _Bert, _Grid, _Linear
 from backends.models.folder import FolderEmbedder
-from backends.models.kernels import ShortKernels
+from backends.models.kernels import CompiledKernels
 from backends.models.tiles import Tiles, host_tiles
 from race.engine import Engine
 from tests.conftest import FIXTURES, load_plan
@@ -32,8 +34,8 @@ def minilm() -> _Bert:
 
 
 @pytest.fixture(scope="module")
-def short(minilm: _Bert) -> ShortKernels:
-    loaded = ShortKernels.load(minilm)
+def short(minilm: _Bert) -> CompiledKernels:
+    loaded = CompiledKernels.load(minilm)
     assert loaded is not None
     return loaded
 
@@ -46,30 +48,34 @@ def _real_texts() -> list[str]:
     return [*texts, "", "?", "naïve café – 東京 🙂", "x " * 30, "the quick brown fox jumps over the lazy dog"]
 
 
-def _bits(model: _Bert, texts: list[str], short: ShortKernels | None) -> bytes:
+def _bits(model: _Bert, texts: list[str], short: CompiledKernels | None) -> bytes:
     return model.encode_batch(texts, short).tobytes()
 
 
-def test_same_bits_as_numpy_for_every_short_text(minilm: _Bert, short: ShortKernels) -> None:
+def test_same_bits_as_numpy_for_every_short_text(minilm: _Bert, short: CompiledKernels) -> None:
     texts = _real_texts()
     lengths = {len(minilm.tokenizer.encode(t).ids) for t in texts}
-    # Row counts on both sides of a tile's 4, up to the longest text the path takes.
+    # Row counts in one tile, in two, and past the tiles (BLAS's products).
     assert {2, 3, 5, 12, 13} <= lengths and max(lengths) > SHORT_ROWS
     for text in texts:
         assert _bits(minilm, [text], None) == _bits(minilm, [text], short), text
 
 
-def test_a_batch_of_short_texts_has_the_same_bits(minilm: _Bert, short: ShortKernels) -> None:
+def test_a_batch_of_short_texts_has_the_same_bits(minilm: _Bert, short: CompiledKernels) -> None:
     texts = ["replication lag", "a network partition heals", "which node is the leader?", "quorum"]
     assert sum(len(minilm.tokenizer.encode(t).ids) for t in texts) <= SHORT_ROWS
     assert _bits(minilm, texts, None) == _bits(minilm, texts, short)
 
 
-def test_a_long_text_stays_on_numpy(minilm: _Bert, short: ShortKernels, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_texts_have_the_same_bits(minilm: _Bert, short: CompiledKernels) -> None:
+    """Past ``SHORT_ROWS`` tokens the products are BLAS's, the rest compiled: a batch as an
+    index build embeds it (texts of up to the model's 256 tokens), and one long text."""
+    words = " ".join(_real_texts()[:80]).split()
+    texts = [" ".join(words[i : i + 40 + 7 * (i % 30)]) for i in range(0, 1600, 50)]
+    assert max(len(minilm.tokenizer.encode(t).ids) for t in texts) >= 256
+    assert _bits(minilm, texts, None) == _bits(minilm, texts, short)
     text = " ".join(["replication"] * 100)
-    expected = _bits(minilm, [text], None)
-    monkeypatch.setattr(ShortKernels, "layer", lambda *_: pytest.fail("a long text took the short path"))
-    assert _bits(minilm, [text], short) == expected
+    assert _bits(minilm, [text], None) == _bits(minilm, [text], short)
 
 
 @pytest.mark.parametrize(("rows", "lanes"), [(14, 8), (6, 4), (6, 2), (3, 1)])
@@ -116,7 +122,7 @@ def test_grid_near_a_power_of_two_is_left_to_numpy() -> None:
 
 
 def test_a_row_left_to_numpy_gives_numpy_bits(
-    minilm: _Bert, short: ShortKernels, monkeypatch: pytest.MonkeyPatch
+    minilm: _Bert, short: CompiledKernels, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text = "leader election after a partition"
     expected = _bits(minilm, [text], None)
@@ -130,30 +136,30 @@ def test_weights_not_exact_in_float32_keep_the_numpy_path(minilm: _Bert) -> None
     ints[0, 0] = 2.0**25 + 1  # 26 significant bits
     wide = dataclasses.replace(layer.qkv, weight=dataclasses.replace(layer.qkv.weight, ints=ints))
     model = dataclasses.replace(minilm, layers=(dataclasses.replace(layer, qkv=wide), *minilm.layers[1:]), compiled=[])
-    assert ShortKernels.load(model) is None
+    assert CompiledKernels.load(model) is None
 
 
 def test_folder_model_has_the_same_bits(tmp_path: Path) -> None:
     folder = write_tiny_bert(tmp_path / "tiny-bert")
     model = FolderEmbedder(folder, name="tiny-bert")._model()
-    short = ShortKernels.load(model)
+    short = CompiledKernels.load(model)
     assert short is not None
     for text in _real_texts()[:60]:
         assert _bits(model, [text], None) == _bits(model, [text], short), text
 
 
-def test_compile_short_texts_sets_up_every_loaded_model(minilm: _Bert) -> None:
+def test_compile_forward_passes_sets_up_every_loaded_model(minilm: _Bert) -> None:
     texts = ["replication lag after a network partition", "quorum"]
     expected = _bits(minilm, texts, None)
-    assert compile_short_texts() >= 1
-    assert isinstance(minilm.short_path, ShortKernels)
+    assert compile_forward_passes() >= 1
+    assert isinstance(minilm.compiled_path, CompiledKernels)
     assert MiniLMEmbedder().embed(texts).tobytes() == expected
 
 
 def test_without_numba_nothing_is_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
-    assert embedding.compile_short_texts() == 0
+    assert embedding.compile_forward_passes() == 0
 
 
 def test_a_compile_that_fails_leaves_the_numpy_path(
@@ -162,22 +168,22 @@ def test_a_compile_that_fails_leaves_the_numpy_path(
     def broken(_: _Bert) -> None:
         raise RuntimeError("no LLVM for this machine")
 
-    monkeypatch.setattr(ShortKernels, "load", broken)
+    monkeypatch.setattr(CompiledKernels, "load", broken)
     monkeypatch.setattr(embedding, "_LOADED", [minilm])
     kept = list(minilm.compiled)
     minilm.compiled.clear()
     try:
-        assert embedding.compile_short_texts() == 0
-        assert minilm.short_path is None
+        assert embedding.compile_forward_passes() == 0
+        assert minilm.compiled_path is None
     finally:
         minilm.compiled[:] = kept
-    assert "queries embed with numpy" in caplog.text
+    assert "texts embed with numpy" in caplog.text
 
 
 def test_nothing_loaded_imports_no_numba(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedding, "_LOADED", [])
     monkeypatch.setattr(importlib.util, "find_spec", lambda *_: pytest.fail("looked for numba"))
-    assert embedding.compile_short_texts() == 0
+    assert embedding.compile_forward_passes() == 0
 
 
 @pytest.mark.anyio
@@ -204,15 +210,15 @@ async def test_compiling_is_set_up_never_charged_to_the_deadline(
     # A compile made to take longer than the whole plan deadline (4 s against 3 s, which the
     # retrieval itself needs a small part of): the run is still satisfied, and the compile is
     # in operational.setup_ms, outside the deadline.
-    real = ShortKernels.load
+    real = CompiledKernels.load
 
-    def slow(bert: _Bert) -> ShortKernels | None:
+    def slow(bert: _Bert) -> CompiledKernels | None:
         time.sleep(4.0)
         return real(bert)
 
     plan = load_plan("showcase.json")
     plan["budget"]["deadline_ms"] = 3000
-    monkeypatch.setattr(ShortKernels, "load", slow)
+    monkeypatch.setattr(CompiledKernels, "load", slow)
     kept = list(minilm.compiled)
     minilm.compiled.clear()
     try:
@@ -224,7 +230,29 @@ async def test_compiling_is_set_up_never_charged_to_the_deadline(
     assert receipt.operational.setup_ms >= 4000
 
 
-def test_linear_of_a_short_text_is_numpys(minilm: _Bert, short: ShortKernels) -> None:
+def test_linear_of_a_short_text_is_numpys(minilm: _Bert, short: CompiledKernels) -> None:
     x = np.random.default_rng(11).standard_normal((5, 384)).astype(np.float32)
     linear: _Linear = minilm.layers[2].intermediate
     assert short.layer(2)[2](x).tobytes() == linear(x).tobytes()
+
+
+def test_set_up_compiles_every_kernel_before_any_text() -> None:
+    """Nothing is left to compile at a text's first use (inside a plan's deadline): in a fresh
+    process, after a model's set-up alone, every numba function the path calls from Python has
+    its code (the functions only compiled code calls live in their callers' code)."""
+    script = """
+from backends.models import attention, float32_sums, kernels
+from backends.models.embedding import MiniLMEmbedder
+assert kernels.CompiledKernels.load(MiniLMEmbedder()._model()) is not None
+inner = {"_pairwise_sum", "_block_sum", "_on_grid"}
+called = [
+    value
+    for module in (kernels, attention, float32_sums)
+    for value in vars(module).values()
+    if hasattr(value, "signatures") and hasattr(value, "py_func") and value.py_func.__name__ not in inner
+]
+assert len(called) >= 9, called
+print([d.py_func.__name__ for d in called if not d.signatures])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=True)
+    assert done.stdout.strip() == "[]"

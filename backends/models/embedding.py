@@ -295,15 +295,15 @@ _COMPILE_LOCK = threading.Lock()
 
 
 def loaded(model: _Bert) -> _Bert:
-    """``model``, kept among the models ``compile_short_texts`` sets up."""
+    """``model``, kept among the models ``compile_forward_passes`` sets up."""
     with _LOADED_LOCK:
         _LOADED.append(model)
     return model
 
 
-def compile_short_texts() -> int:
-    """Set up the compiled path for short texts (a query: ``backends.models.kernels``, the extra
-    ``fast``) for every model this process has loaded: numba's import and the kernels, read from
+def compile_forward_passes() -> int:
+    """Set up the compiled forward pass (``backends.models.kernels``, the extra ``fast``) for
+    every model this process has loaded: numba's import and the kernels, read from
     its cache after the first compile on a machine (0.6 to 1 s, and 42 MB a model). The vectors
     are the same bits either way. Returns how many models have the path: 0 when none is loaded
     (numba is then not imported), without numba, or where numba fails to import or compile
@@ -314,16 +314,16 @@ def compile_short_texts() -> int:
         return 0
     with _COMPILE_LOCK:
         try:
-            from backends.models.kernels import ShortKernels
+            from backends.models.kernels import CompiledKernels
 
             for model in models:
                 if not model.compiled:
-                    kernels = ShortKernels.load(model)
+                    kernels = CompiledKernels.load(model)
                     if kernels is not None:
                         model.compiled.append(kernels)
         except Exception as exc:  # numba's own errors, an import that fails: the numpy path stays
             _log.warning(
-                "the compiled query path is not set up (%s: %s); queries embed with numpy", type(exc).__name__, exc
+                "the compiled forward pass is not set up (%s: %s); texts embed with numpy", type(exc).__name__, exc
             )
         return sum(1 for model in models if model.compiled)
 
@@ -374,7 +374,7 @@ class MiniLMEmbedder:
         with _SINGLE_THREAD_BLAS:
             # Batches only bound the activations' memory; texts are never padded to each other.
             for start in range(0, len(texts), _BATCH):
-                out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH], model.short_path)
+                out[start : start + _BATCH] = model.encode_batch(texts[start : start + _BATCH], model.compiled_path)
         return out
 
 

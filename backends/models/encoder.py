@@ -32,6 +32,10 @@ WideArray = npt.NDArray[np.float64]
 # layer for 256 tokens, 10 ms with all 12 heads in one pass).
 _SCORES_PER_PASS = 1 << 18
 
+_ROWS_PER_PASS = 128
+"""Rows (tokens of a batch) a layer's feed-forward part takes at a time: 64 texts of 243 tokens
+embedded 1.2x as fast as whole (numpy's path; the compiled one likewise), the same bits."""
+
 
 # ---------------------------------------------------------------------------------------
 # matrix products whose bits do not depend on how BLAS orders the sums
@@ -167,8 +171,9 @@ class _Linear:
         return out
 
 
-class ShortPath(Protocol):
-    """Another way to compute a short text's layer products and GELU, with the same bits
+class CompiledPath(Protocol):
+    """Another way to compute the forward pass's layer products, attention, layer norms and GELU,
+    with the same bits
     (``backends.models.kernels``)."""
 
     def layer(self, number: int) -> tuple[Callable[[FloatArray], FloatArray], ...]:
@@ -189,7 +194,8 @@ class ShortPath(Protocol):
 
 
 SHORT_ROWS = 64
-"""Texts of at most this many tokens take a ``ShortPath``; longer ones fill BLAS's tiles well."""
+"""Rows (tokens of a batch) up to which a ``CompiledPath`` computes the layer products on its own
+tiles; above, BLAS fills its tiles well and computes them."""
 
 
 @dataclass(frozen=True)
@@ -221,16 +227,16 @@ class _Bert:
     """sentence-transformers' pooling: the mean of the tokens' states, or the [CLS] token's."""
     normalize: bool = True
     """Whether vectors are scaled to unit length (a ``Normalize`` module in the folder)."""
-    compiled: list[ShortPath] = field(default_factory=list, compare=False, repr=False)
-    """The compiled path for short texts once set up (``backends.models.embedding.compile_short_texts``)."""
+    compiled: list[CompiledPath] = field(default_factory=list, compare=False, repr=False)
+    """The compiled path once set up (``backends.models.embedding.compile_forward_passes``)."""
 
     @property
-    def short_path(self) -> ShortPath | None:
+    def compiled_path(self) -> CompiledPath | None:
         return self.compiled[0] if self.compiled else None
 
-    def encode_batch(self, texts: Sequence[str], short: ShortPath | None = None) -> FloatArray:
+    def encode_batch(self, texts: Sequence[str], compiled: CompiledPath | None = None) -> FloatArray:
         """Unpadded: every text's real tokens are concatenated into one 2-D activation. With
-        ``short``, a batch of at most ``SHORT_ROWS`` tokens computes its products and GELU there.
+        ``compiled``, the layers are computed there (the same bits).
 
         transformers pads and masks padded keys with the most negative float, so their
         softmax weight is exactly zero; attending over each text's own tokens only is the
@@ -245,22 +251,24 @@ class _Bert:
         types = np.concatenate([np.asarray(e.type_ids, dtype=np.intp) for e in encodings])
         positions = np.concatenate([np.arange(n, dtype=np.intp) for n in lengths])
         flat = _layer_norm(self.word[ids] + self.position[positions] + self.token_type[types], *self.emb_norm, self.eps)
-        if short is None or len(ids) > SHORT_ROWS:
-            short = None
-        gelu = _gelu if short is None else short.gelu
-        add_norm = _add_layer_norm if short is None else short.add_layer_norm
+        gelu = _gelu if compiled is None else compiled.gelu
+        add_norm = _add_layer_norm if compiled is None else compiled.add_layer_norm
         for number, layer in enumerate(self.layers):
-            linears = layer.linears() if short is None else short.layer(number)
+            linears = layer.linears() if compiled is None else compiled.layer(number)
             qkv = linears[0](flat)
             if len(lengths) == 1:
-                context = self._attend_short(qkv, short)
+                context = self._attend_with(qkv, compiled)
             else:
                 context = np.empty_like(flat)
                 for start, end in itertools.pairwise(offsets):
-                    context[start:end] = self._attend_short(qkv[start:end], short)
-            flat = add_norm(linears[1](context), flat, *layer.attn_norm, self.eps)
-            inner = gelu(linears[2](flat))
-            flat = add_norm(linears[3](inner), flat, *layer.out_norm, self.eps)
+                    context[start:end] = self._attend_with(qkv[start:end], compiled)
+            # The rest of the layer works row by row: taken a block of rows at a time, its
+            # intermediates stay in cache (a batch's whole ones run to hundreds of MB).
+            for start in range(0, len(flat), _ROWS_PER_PASS):
+                rows = slice(start, start + _ROWS_PER_PASS)
+                hidden = add_norm(linears[1](context[rows]), flat[rows], *layer.attn_norm, self.eps)
+                inner = gelu(linears[2](hidden))
+                flat[rows] = add_norm(linears[3](inner), hidden, *layer.out_norm, self.eps)
         pooled: FloatArray | WideArray
         if self.pooling == "cls":
             pooled = flat[offsets[:-1]]
@@ -272,8 +280,8 @@ class _Bert:
         out: FloatArray = (pooled / norms).astype(np.float32)
         return out
 
-    def _attend_short(self, qkv: FloatArray, short: ShortPath | None) -> FloatArray:
-        context = None if short is None else short.attend(qkv, self.heads)
+    def _attend_with(self, qkv: FloatArray, compiled: CompiledPath | None) -> FloatArray:
+        context = None if compiled is None else compiled.attend(qkv, self.heads)
         return self._attend(qkv) if context is None else context
 
     def _attend(self, qkv: FloatArray) -> FloatArray:

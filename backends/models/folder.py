@@ -236,7 +236,7 @@ class FolderEmbedder(MiniLMEmbedder):
         with _SINGLE_THREAD_BLAS:
             for start in range(0, len(texts), _BATCH):
                 batch = [prompt + t for t in texts[start : start + _BATCH]]
-                out[start : start + _BATCH] = model.encode_batch(batch, model.short_path)
+                out[start : start + _BATCH] = model.encode_batch(batch, model.compiled_path)
         return out
 
 

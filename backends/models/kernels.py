@@ -1,23 +1,26 @@
-"""The compiled path for a short text's forward pass (a query), with the same bits as numpy's:
-``ShortKernels`` gathers its parts, each in its own module, each bit for bit what it replaces.
+"""The compiled path for the forward pass, with the same bits as numpy's: ``CompiledKernels``
+gathers its parts, each in its own module, each bit for bit what it replaces.
 
-- layer products: register tiles compiled for the host's vectors (``backends.models.tiles``),
-  reading each layer's weight integers as float32 (half the bytes; exact, since every weight
-  integer of float32 weights has at most 24 significant bits, checked at set-up). A product is
-  still an exact integer sum (``encoder._exact_matmul``): the order of its terms and FMA
-  contraction cannot show. Around it, the activations' grid (``_grid``) and the rounding back to
-  float32 (``_finish``), compiled by numba without fast-math, in numpy's order;
-- self-attention (``backends.models.short_attention``);
+- layer products: for a short batch (a query, up to ``SHORT_ROWS`` tokens) register tiles
+  compiled for the host's vectors (``backends.models.tiles``), reading each layer's weight
+  integers as float32 (half the bytes; exact, since every weight integer of float32 weights has
+  at most 24 significant bits, checked at set-up); for a longer one OpenBLAS, as numpy's path.
+  A product is still an exact integer sum (``encoder._exact_matmul``): the order of its terms
+  and FMA contraction cannot show. Around it, the activations' grid (``_grid``) and the
+  rounding back to float32 (``_finish``), compiled by numba without fast-math, in numpy's order;
+- self-attention (``backends.models.attention``);
 - the residual add and layer norm on numpy's float32 row sums (``backends.models.float32_sums``);
 - GELU on the host's vectors (``backends.models.vector_gelu``).
 
 A query is a dozen rows, and its layer products are skinny (12 x 384 by 384 x 1536): there
 OpenBLAS spends much of its time packing the weights rather than multiplying them, and the rest
-of the pass is dozens of small numpy calls (``benchmarks/bench_query_embedding.py``). All of it
-runs on the calling thread (with a second thread, a query beside two CPU-bound processes waited
-up to 190 ms for a core, in a run made while an earlier version of this was written).
+of the pass is dozens of small numpy calls (``benchmarks/bench_query_embedding.py``). A long
+batch (an index build) spends much of its time outside the products, in numpy's passes over the
+activations, which the compiled parts make once. All of it runs on the calling thread (with a
+second thread, a query beside two CPU-bound processes waited up to 190 ms for a core, in a run
+made while an earlier version of this was written).
 
-Loading it is set-up (``ShortKernels.load``): numba's import and its compiled code, read from
+Loading it is set-up (``CompiledKernels.load``): numba's import and its compiled code, read from
 numba's cache after the first compile on a machine, and the LLVM code of the tiles and GELU
 (about 0.2 s). Without numba (the optional extra ``fast``) the numpy path runs."""
 
@@ -29,9 +32,10 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from backends.models import float32_sums, short_attention
+from backends.models import attention, float32_sums
 from backends.models.encoder import (
     _NORM_BOUND,
+    SHORT_ROWS,
     FloatArray,
     WideArray,
     _Bert,
@@ -78,40 +82,56 @@ _finish_compiled = numba.njit(nogil=True, cache=True)(_finish)
 _grid_compiled = numba.njit(nogil=True, cache=True)(_grid)
 
 
+_CHUNK_ROWS = 128
+"""Rows of a long batch taken at a time, so that their float64 sums (1.5 MB at 1536 outputs) stay
+in cache between the product and the rounding: a whole batch's (190 MB for 32 texts of 243
+tokens) went to memory and back, and the rounding took a sixth of the pass."""
+
+
 @dataclass(frozen=True)
-class _ShortLinear:
-    """One ``_Linear`` for the kernels: its weight integers packed for ``tiles``."""
+class _CompiledLinear:
+    """One ``_Linear`` for the kernels: its weight integers packed for ``tiles``, which compute
+    the products of up to ``SHORT_ROWS`` rows; BLAS computes more."""
 
     linear: _Linear
     tiles: Tiles
     packed: FloatArray
 
     def __call__(self, x: FloatArray) -> FloatArray:
+        rows = x.shape[0]
+        out = np.empty((rows, self.linear.bias.shape[0]), dtype=np.float32)
+        for start in range(0, rows, _CHUNK_ROWS):
+            self._rows(x[start : start + _CHUNK_ROWS], out[start : start + _CHUNK_ROWS])
+        return out
+
+    def _rows(self, x: FloatArray, out: FloatArray) -> None:
         rows, depth = x.shape
         ints = np.empty((rows, depth), dtype=np.float64)
         step = np.empty(rows, dtype=np.float64)
         if not _grid_compiled(x, _NORM_BOUND - math.sqrt(depth), ints, step):
             grid = _Grid.of(x, axis=-1)
             ints, step = grid.ints, grid.step[:, 0]
-        sums = np.empty((rows, self.packed.shape[0] * self.tiles.columns), dtype=np.float64)
-        self.tiles(ints, self.packed, sums)
-        out = np.empty((rows, self.linear.bias.shape[0]), dtype=np.float32)
+        if rows <= SHORT_ROWS:
+            sums = np.empty((rows, self.packed.shape[0] * self.tiles.columns), dtype=np.float64)
+            self.tiles(ints, self.packed, sums)
+        else:
+            sums = ints @ self.linear.weight.ints  # BLAS: exact all the same (encoder._exact_matmul)
         _finish_compiled(sums, step, self.linear.weight.step[0], self.linear.bias, out)
-        return out
 
 
-class ShortKernels:
-    """A model's kernels for short texts (``encoder.ShortPath``): ``layer(number)`` gives the
+class CompiledKernels:
+    """A model's compiled path (``encoder.CompiledPath``): ``layer(number)`` gives the
     layer's four products (QKV, attention output, intermediate, output), ``gelu`` the activation."""
 
-    def __init__(self, layers: tuple[tuple[_ShortLinear, ...], ...], gelu: VectorGelu) -> None:
+    def __init__(self, layers: tuple[tuple[_CompiledLinear, ...], ...], gelu: VectorGelu) -> None:
         self._layers = layers
         self._gelu = gelu
 
     @classmethod
-    def load(cls, bert: _Bert) -> ShortKernels | None:
-        """The kernels for ``bert``, compiled (or read from numba's cache) and run once; ``None``
-        where a layer's weight integers are not exact in float32 (weights stored wider)."""
+    def load(cls, bert: _Bert) -> CompiledKernels | None:
+        """The kernels for ``bert``, compiled (or read from numba's cache) and run on a short and
+        a long text; ``None`` where a layer's weight integers are not exact in float32 (weights
+        stored wider)."""
         tiles = host_tiles()
         layers = []
         for layer in bert.layers:
@@ -120,21 +140,22 @@ class ShortKernels:
                 packed = tiles.pack(linear.weight.ints)
                 if packed is None:
                     return None
-                parts.append(_ShortLinear(linear, tiles, packed))
+                parts.append(_CompiledLinear(linear, tiles, packed))
             layers.append(tuple(parts))
         kernels = cls(tuple(layers), host_gelu())
-        ints, sums = np.zeros((1, 8)), np.empty((1, 5))
-        steps, bias = np.ones(5), np.zeros(5, dtype=np.float32)
-        _finish_compiled(sums, steps, steps, bias, np.empty(sums.shape, dtype=np.float32))
-        _grid_compiled(np.ones((1, 8), dtype=np.float32), 1.0, ints, steps)
-        kernels.gelu(np.zeros(4, dtype=np.float32))
+        # Every compiled function, compiled now (or read from numba's cache), never at a text's
+        # first use: a short text, a batch of two, and a text long enough for BLAS's products
+        # and for rows taken in blocks.
+        long = " ".join(["warm"] * (2 * _CHUNK_ROWS))
+        for texts in (["warm"], ["warm", "up"], [long]):
+            bert.encode_batch(texts, kernels)
         return kernels
 
-    def layer(self, number: int) -> tuple[_ShortLinear, ...]:
+    def layer(self, number: int) -> tuple[_CompiledLinear, ...]:
         return self._layers[number]
 
     def attend(self, qkv: FloatArray, heads: int) -> FloatArray | None:
-        return short_attention.attend(qkv, heads)
+        return attention.attend(qkv, heads)
 
     def add_layer_norm(
         self, x: FloatArray, residual: FloatArray, weight: FloatArray, bias: FloatArray, eps: float

@@ -103,7 +103,7 @@ def set_up_adapters(adapters: Mapping[str, Adapter]) -> None:
     once on threads, then the compiled query path of the models they loaded: what a request
     would otherwise pay inside its client's deadline. A failure is left for the scans to
     report, as an engine's set-up leaves it (``race.facts``)."""
-    from backends.models.embedding import compile_short_texts
+    from backends.models.embedding import compile_forward_passes
 
     def one(adapter: Adapter) -> None:
         with suppress(Exception):
@@ -111,7 +111,7 @@ def set_up_adapters(adapters: Mapping[str, Adapter]) -> None:
 
     with ThreadPoolExecutor(max_workers=max(1, len(adapters))) as pool:
         list(pool.map(one, adapters.values()))
-    compile_short_texts()
+    compile_forward_passes()
 
 
 def serve(

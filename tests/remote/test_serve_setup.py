@@ -28,7 +28,7 @@ class _Recording:
 
 def test_every_adapter_is_set_up_and_a_failure_is_left_to_the_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled: list[bool] = []
-    monkeypatch.setattr(embedding, "compile_short_texts", lambda: compiled.append(True) or 0)
+    monkeypatch.setattr(embedding, "compile_forward_passes", lambda: compiled.append(True) or 0)
     good, broken = _Recording(), _Recording(fails=True)
     set_up_adapters({"good": good, "broken": broken})  # type: ignore[dict-item]
     assert good.calls == [None] and broken.calls == [None]
