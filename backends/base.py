@@ -252,18 +252,22 @@ class RefusedSnapshot(Adapter):
 
 def request_fingerprint(request: ScanRequest) -> str:
     """The request's fingerprint, remembered for the request object: a cached plan hands every
-    run the same frozen requests, and a leg names its request several times (custody, screening).
-    The last requests are held with their fingerprints and found by identity (``is``), never by
-    their addresses."""
-    for known, value in tuple(_REQUEST_FINGERPRINTS):
-        if known is request:
+    run the same requests, and a leg names its request several times (its cache key, custody,
+    screening). The last requests are held with their fingerprints and found by identity (``is``),
+    never by their addresses.
+
+    A request is frozen but for ``params``, a dict that can be changed in place; so each entry
+    keeps a copy of the params it was computed with (scalars: the copy is a deep one), and an
+    entry whose request's params no longer equal it is computed again."""
+    for known, params, value in tuple(_REQUEST_FINGERPRINTS):
+        if known is request and params == request.params:
             return value
     value = fingerprint(request)
-    _REQUEST_FINGERPRINTS.append((request, value))
+    _REQUEST_FINGERPRINTS.append((request, dict(request.params), value))
     return value
 
 
-_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, str]] = deque(maxlen=32)
+_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, dict[str, object], str]] = deque(maxlen=32)
 
 
 _HITS = TypeAdapter(list[Hit])
