@@ -282,7 +282,12 @@ class LegRunner:
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            result = await self.pool.call(backend, partial(adapter.scan, request), self.operational.left_behind)
+            # A scan that is one blocking call runs on its worker thread with no task of its own.
+            call = adapter.scan_call(request)
+            if call is not None:
+                result = await self.pool.call_blocking(backend, call, self.operational.left_behind)
+            else:
+                result = await self.pool.call(backend, partial(adapter.scan, request), self.operational.left_behind)
         finally:
             limiter.release()
         if not isinstance(result, ScanResult):
