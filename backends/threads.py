@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
 
@@ -23,9 +26,62 @@ _R = TypeVar("_R")
 _log = logging.getLogger("backends.base")
 """Left-behind calls are a WARNING of ``backends.base``, where adapters log what they degrade."""
 
-_WORKERS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="race-blocking")
-"""The threads adapters' blocking work runs on, made as calls need them. A call left behind keeps
-its thread until it returns; the call pool bounds how many a backend may leave (``race.run.detached``)."""
+MAX_WORKERS = 64
+"""The most worker threads at once; a call beyond them waits for one to be free."""
+
+
+class _Workers:
+    """Daemon threads, made as calls need them and reused when idle. Daemon, unlike
+    ``concurrent.futures``' workers (joined at interpreter exit): a call left behind never holds
+    the process open after its caller has moved on, as ``anyio.to_thread``'s did not when a
+    daemon thread (an engine's loop) made them. A call left behind keeps its thread until it
+    returns; the call pool bounds how many a backend may leave (``race.run.detached``)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._started = 0
+
+    def submit(self, fn: Callable[[], _R]) -> Future[_R]:
+        future: Future[_R] = Future()
+        self._calls.put((future, fn))
+        if not self._idle.acquire(blocking=False):
+            with self._lock:
+                if self._started < MAX_WORKERS:
+                    self._started += 1
+                    name = f"race-blocking-{self._started}"
+                    threading.Thread(target=self._work, name=name, daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            _answer(*self._calls.get())  # nothing of the call is held while the thread is idle
+            self._idle.release()
+
+
+def _answer(future: Future[_R], fn: Callable[[], _R]) -> None:
+    # A call whose caller gave up before it started is dropped here.
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn()
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+_WORKERS = _Workers()
+
+
+def _forked() -> None:
+    """A child process has none of its parent's threads: it starts its own."""
+    global _WORKERS
+    _WORKERS = _Workers()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def on_worker(fn: Callable[..., _R], *args: Any) -> Future[_R]:
@@ -34,7 +90,7 @@ def on_worker(fn: Callable[..., _R], *args: Any) -> Future[_R]:
     future is cancelled; a running one keeps its thread until it returns."""
     context = contextvars.copy_context()
     context.run(sniffio.current_async_library_cvar.set, None)
-    return _WORKERS.submit(context.run, fn, *args)
+    return _WORKERS.submit(partial(context.run, fn, *args))
 
 
 async def blocking(fn: Callable[..., _R], *args: Any) -> _R:
