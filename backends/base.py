@@ -13,13 +13,13 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
-import anyio.to_thread
 from pydantic import TypeAdapter, ValidationError
 
 from backends.hits import rest_of_hits
 from backends.ingest.schema import CorpusSchema
+from backends.threads import blocking as blocking
 from rsc import (
     BackendStatistics,
     Calibration,
@@ -46,31 +46,7 @@ Progress = Callable[[int, int], None]
 UNKNOWN_GENERATION: Final = "unknown"
 """The generation of a backend whose snapshot could not be read: never a cache hit, never pinned."""
 
-_R = TypeVar("_R")
-
 _log = logging.getLogger(__name__)
-
-
-async def blocking(fn: Callable[..., _R], *args: Any) -> _R:
-    """``fn(*args)`` on a worker thread, abandoned when the caller is cancelled.
-
-    A leg's deadline must win over a backend call that does not return (I7, I17): on
-    cancellation the caller moves on at once and whatever the thread answers later is
-    discarded. Every adapter runs its blocking work through here. A call left behind on its
-    thread is a WARNING of ``backends.base``.
-    """
-    try:
-        return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
-    except anyio.get_cancelled_exc_class():
-        _log.warning("%s left behind on its worker thread: the caller stopped waiting", _call_name(fn))
-        raise
-
-
-def _call_name(fn: Callable[..., object]) -> str:
-    owner = getattr(fn, "__self__", None)
-    backend = getattr(owner, "backend", None)
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return f"{backend} {name}" if isinstance(backend, str) else str(name)
 
 
 def load_contracts_beside(package_file: str) -> tuple[Contract, ...]:
@@ -153,6 +129,13 @@ class Adapter(ABC):
     @abstractmethod
     async def scan(self, request: ScanRequest) -> ScanResult:
         """Answer one translated request. Blocking work goes through a worker thread."""
+
+    def scan_call(self, request: ScanRequest) -> Callable[[], ScanResult] | None:
+        """``scan(request)`` as the one blocking call it is, where ``scan`` does nothing but run
+        that call through ``blocking``: a leg then runs it on a worker thread itself, with no task
+        of its own (``race.run.detached.CallPool.call_blocking``). ``None`` (the default): the leg
+        awaits ``scan``. An adapter that overrides ``scan`` overrides this too."""
+        return None
 
     def statistics(self) -> BackendStatistics:
         return BackendStatistics(backend=self.backend, rows=0)
@@ -252,18 +235,22 @@ class RefusedSnapshot(Adapter):
 
 def request_fingerprint(request: ScanRequest) -> str:
     """The request's fingerprint, remembered for the request object: a cached plan hands every
-    run the same frozen requests, and a leg names its request several times (custody, screening).
-    The last requests are held with their fingerprints and found by identity (``is``), never by
-    their addresses."""
-    for known, value in tuple(_REQUEST_FINGERPRINTS):
-        if known is request:
+    run the same requests, and a leg names its request several times (its cache key, custody,
+    screening). The last requests are held with their fingerprints and found by identity (``is``),
+    never by their addresses.
+
+    A request is frozen but for ``params``, a dict that can be changed in place; so each entry
+    keeps a copy of the params it was computed with (scalars: the copy is a deep one), and an
+    entry whose request's params no longer equal it is computed again."""
+    for known, params, value in tuple(_REQUEST_FINGERPRINTS):
+        if known is request and params == request.params:
             return value
     value = fingerprint(request)
-    _REQUEST_FINGERPRINTS.append((request, value))
+    _REQUEST_FINGERPRINTS.append((request, dict(request.params), value))
     return value
 
 
-_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, str]] = deque(maxlen=32)
+_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, dict[str, object], str]] = deque(maxlen=32)
 
 
 _HITS = TypeAdapter(list[Hit])

@@ -16,7 +16,7 @@ Stages of a RACE run (each the median over the runs; ``rest`` is what no stage t
 
 * ``plan``    parse, the generations read and the plan-cache lookup (``operational.phases``);
 * ``pins``    the snapshot pins;
-* ``hop``     the worker-thread round trip of the scan (its ``blocking`` call less the scan);
+* ``hop``     the worker-thread round trip of the scan (its thread call less the scan);
 * ``search``  tantivy's ``searcher.search`` and its ``doc`` reads, inside the scan;
 * ``hits``    the rest of the scan: rows decoded, cut at k, custody hits, the ``ScanResult``;
 * ``leg``     the leg around the call: cache key, screening, the obligation's outcome;
@@ -101,6 +101,7 @@ def instrument(engine: Any) -> None:
     its fingerprint. They add a few perf_counter calls; nothing else changes."""
     import backends.tantivy.adapter as tantivy_adapter
     from race.receipt import Receipt
+    from race.run.detached import CallPool
     from race.run.executor import Executor
 
     tantivy_adapter.TantivyAdapter._scan = _timed("scan", tantivy_adapter.TantivyAdapter._scan)  # type: ignore[method-assign]
@@ -114,6 +115,17 @@ def instrument(engine: Any) -> None:
             _spent["call"] += time.perf_counter() - start
 
     tantivy_adapter.blocking = timed_blocking  # type: ignore[assignment]
+    # A leg runs the adapter's ``scan_call`` on its worker thread itself (``CallPool.call_blocking``).
+    call_blocking = CallPool.call_blocking
+
+    async def timed_call_blocking(self: CallPool, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await call_blocking(self, *args)
+        finally:
+            _spent["call"] += time.perf_counter() - start
+
+    CallPool.call_blocking = timed_call_blocking  # type: ignore[method-assign]
     Executor.receipt = _timed("receipt_all", Executor.receipt)  # type: ignore[method-assign]
     Receipt.with_evidence_fingerprint = _timed("fingerprint", Receipt.with_evidence_fingerprint)  # type: ignore[method-assign]
     adapter = engine.adapters["tantivy"]

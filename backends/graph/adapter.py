@@ -15,7 +15,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -225,6 +226,9 @@ class GraphAdapter(Adapter):
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         return await blocking(self._scan, request)
+
+    def scan_call(self, request: ScanRequest) -> Callable[[], ScanResult]:
+        return partial(self._scan, request)
 
     def _scan(self, request: ScanRequest) -> ScanResult:
         # The index's own contracts: their filter tables are its schema's fields, not the shipped ones.

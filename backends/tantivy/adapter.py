@@ -22,8 +22,9 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -271,6 +272,9 @@ class TantivyAdapter(Adapter):
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         return await blocking(self._scan, request)
+
+    def scan_call(self, request: ScanRequest) -> Callable[[], ScanResult]:
+        return partial(self._scan, request)
 
     # -- blocking part, on a worker thread -------------------------------------------------
 

@@ -22,6 +22,8 @@ import contextlib
 import copy
 import json
 import math
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +256,9 @@ class AttachedTantivyAdapter(AttachedAdapter):
 
     async def scan(self, request: ScanRequest) -> ScanResult:
         return await blocking(self._scan, request)
+
+    def scan_call(self, request: ScanRequest) -> Callable[[], ScanResult]:
+        return partial(self._scan, request)
 
     def _scan(self, request: ScanRequest) -> ScanResult:
         if request.mode != MODE:

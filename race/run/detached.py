@@ -13,17 +13,22 @@ at once. A backend whose pool is full gets no new call until one of them ends; t
 meets it is a ``resource_limited`` gap saying so, and the other backends are untouched.
 
 RACE runs on asyncio (``race.portal``): a left-behind call is an asyncio task outside the
-run's task groups, kept referenced here until it ends.
+run's task groups, kept referenced here until it ends. A call that is one blocking function
+(an adapter's ``scan_call``) needs no task: the caller waits on its worker thread's future, and
+a thread left behind is counted the same way until it returns (``call_blocking``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
 
 import anyio
+
+from backends.threads import on_worker, warn_left_behind
 
 _T = TypeVar("_T")
 
@@ -38,7 +43,7 @@ class CallPool:
         if capacity < 1:
             raise ValueError("a call pool holds at least one call")
         self.capacity = capacity
-        self._left: dict[str, set[asyncio.Task[Any]]] = {}
+        self._left: dict[str, set[asyncio.Task[Any] | Future[Any]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def left_behind(self, backend: str | None = None) -> int:
@@ -85,6 +90,23 @@ class CallPool:
                     left[backend] = left.get(backend, 0) + 1
             raise
 
+    async def call_blocking(self, backend: str, fn: Callable[[], _T], left: dict[str, int] | None = None) -> _T:
+        """``fn()`` on a worker thread, the caller waiting on its future: what ``call`` gives a
+        call that is one blocking function, without a task. When the caller is cancelled, a call
+        not started is dropped, and a running one is left behind (counted under ``backend``
+        until its thread returns, its answer dropped) and, given ``left``, counted there too."""
+        future = on_worker(fn)
+        try:
+            return await asyncio.wrap_future(future)
+        except BaseException:
+            # A call that had not started never will; one that runs is left behind.
+            if not future.cancel() and not future.done():
+                warn_left_behind(fn)
+                self._leave_thread(backend, future)
+                if left is not None:
+                    left[backend] = left.get(backend, 0) + 1
+            raise
+
     async def settle(
         self, calls: Mapping[str, Callable[[], Awaitable[_T]]], seconds: float | None
     ) -> dict[str, tuple[bool, _T | BaseException | None]]:
@@ -120,6 +142,12 @@ class CallPool:
         self._left.setdefault(backend, set()).add(task)
         task.add_done_callback(lambda t: self._left.get(backend, set()).discard(t))
         task.cancel()
+
+    def _leave_thread(self, backend: str, future: Future[Any]) -> None:
+        held = self._left.setdefault(backend, set())
+        held.add(future)
+        # Called on the worker thread as it returns: one set operation, atomic under the GIL.
+        future.add_done_callback(held.discard)
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

@@ -22,7 +22,7 @@ from typing import Protocol
 import anyio
 
 from backends.base import UNKNOWN_GENERATION as UNKNOWN_GENERATION
-from backends.base import Adapter
+from backends.base import Adapter, request_fingerprint
 from planner import Generations, ScanNode
 from race.run.answers import screen
 from race.run.detached import CallPool
@@ -173,10 +173,11 @@ class LegRunner:
         generation = self.generations.get(backend, UNKNOWN_GENERATION)
         contract = self.contracts.get(scan.rsc)
         # Everything the answer depends on: the translated request (query, filters, k, mode,
-        # backend), the contract and its translator, the pinned snapshot, the caller's generations.
+        # backend; by its fingerprint, remembered for the request), the contract and its
+        # translator, the pinned snapshot, the caller's generations.
         key = fingerprint(
             {
-                "request": request,
+                "request": request_fingerprint(request),
                 "contract": scan.rsc,
                 "translator": contract.translator_version if contract is not None else "",
                 "generation": generation,
@@ -281,7 +282,12 @@ class LegRunner:
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            result = await self.pool.call(backend, partial(adapter.scan, request), self.operational.left_behind)
+            # A scan that is one blocking call runs on its worker thread with no task of its own.
+            call = adapter.scan_call(request)
+            if call is not None:
+                result = await self.pool.call_blocking(backend, call, self.operational.left_behind)
+            else:
+                result = await self.pool.call(backend, partial(adapter.scan, request), self.operational.left_behind)
         finally:
             limiter.release()
         if not isinstance(result, ScanResult):

@@ -5,6 +5,7 @@ while the other backends answer."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -148,3 +149,44 @@ async def test_the_pool_answers_raises_and_leaves_behind() -> None:
     assert pool.left_behind() == 0
     with pytest.raises(ValueError):
         CallPool(capacity=0)
+
+
+async def test_a_blocking_call_answers_raises_and_is_left_behind_on_its_thread() -> None:
+    """``call_blocking``: a scan that is one blocking call, waited for without a task. A call the
+    caller stops waiting for while it runs is counted until its thread returns."""
+    pool = CallPool(capacity=2)
+    left: dict[str, int] = {}
+
+    def fail() -> int:
+        raise KeyError("lost shard")
+
+    assert await pool.call_blocking("a", lambda: 7, left) == 7
+    with pytest.raises(KeyError, match="lost shard"):
+        await pool.call_blocking("a", fail, left)
+    assert left == {} and pool.left_behind() == 0
+
+    started, release = threading.Event(), threading.Event()
+
+    def stuck() -> int:
+        started.set()
+        release.wait(60)
+        return 8
+
+    scopes: list[anyio.CancelScope] = []
+
+    async def wait_for_it() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            await pool.call_blocking("a", stuck, left)
+        assert scope.cancelled_caught
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_it)
+            await anyio.to_thread.run_sync(started.wait, 60)  # it runs on its thread now
+            scopes[0].cancel()
+        assert left == {"a": 1} and pool.left_behind("a") == 1 and pool.left_by_backend() == {"a": 1}
+    finally:
+        release.set()
+    await _until_ended(pool)
+    assert pool.left_by_backend() == {}
