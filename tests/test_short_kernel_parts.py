@@ -33,6 +33,8 @@ def test_row_sums_are_numpys_for_every_length() -> None:
         for scale in _SCALES:
             row = (rng.standard_normal(count) * scale).astype(np.float32)
             assert np.float32(_pairwise_sum_compiled(row, 0, count)).tobytes() == row.sum().tobytes(), count
+        zeros = np.full(count, -0.0, dtype=np.float32)  # numpy's sum starts at +0.0
+        assert np.float32(_pairwise_sum_compiled(zeros, 0, count)).tobytes() == zeros.sum().tobytes(), count
 
 
 @pytest.mark.parametrize("width", [1, 7, 48, 384, 1536])
@@ -46,6 +48,9 @@ def test_layer_norm_with_its_residual_is_numpys(width: int) -> None:
         x[1], residual[1] = 2.5, 0.0  # a constant row
         expected = _layer_norm(x + residual, weight, bias, 1e-12)
         assert _bits(add_layer_norm(x, residual, weight, bias, 1e-12)) == _bits(expected)
+    zeros, ones = np.full((2, width), -0.0, dtype=np.float32), np.ones(width, dtype=np.float32)
+    signed = _layer_norm(zeros + zeros, ones, zeros[0], 1e-12)  # every sign of zero as numpy's
+    assert _bits(add_layer_norm(zeros, zeros, ones, zeros[0], 1e-12)) == _bits(signed)
 
 
 @pytest.mark.parametrize(("heads", "dim"), [(12, 32), (4, 12), (1, 8)])

@@ -47,9 +47,10 @@ def _block_sum(a: FloatArray, start: int, count: int) -> np.float32:
 
 def _pairwise_sum(a: FloatArray, start: int, count: int) -> np.float32:
     """``a[start:start + count].sum()`` as numpy adds a contiguous float32 row: its recursion
-    over halves, walked with a stack (numba's cache cannot hold a recursive function)."""
+    over halves, walked with a stack (numba's cache cannot hold a recursive function), added to
+    the reduction's start, +0.0 (a row of -0.0 sums to +0.0)."""
     if count <= _BLOCK:
-        return _block_sum_compiled(a, start, count)
+        return np.float32(np.float32(0.0) + _block_sum_compiled(a, start, count))
     depth = 64  # halves: 2**64 values would be needed to overflow it
     starts = np.empty(depth, dtype=np.int64)
     counts = np.empty(depth, dtype=np.int64)
@@ -76,7 +77,7 @@ def _pairwise_sum(a: FloatArray, start: int, count: int) -> np.float32:
         else:
             value = np.float32(lefts[top] + value)
             top -= 1
-    return value
+    return np.float32(np.float32(0.0) + value)
 
 
 def _add_layer_norm(
