@@ -8,6 +8,7 @@ code but in the RSC files under ``<adapter package>/rsc/*.json``.
 
 from __future__ import annotations
 
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections import deque
@@ -239,18 +240,23 @@ def request_fingerprint(request: ScanRequest) -> str:
     screening). The last requests are held with their fingerprints and found by identity (``is``),
     never by their addresses.
 
-    A request is frozen but for ``params``, a dict that can be changed in place; so each entry
-    keeps a copy of the params it was computed with (scalars: the copy is a deep one), and an
-    entry whose request's params no longer equal it is computed again."""
-    for known, params, value in tuple(_REQUEST_FINGERPRINTS):
-        if known is request and params == request.params:
+    A request is frozen but for ``params``, a dict of scalars that can be changed in place; so
+    each entry keeps the params it was computed with as JSON (which tells ``1`` from ``True``, as
+    the fingerprint does, where ``==`` does not), and an entry whose request's params no longer
+    serialize to it is computed again. Params JSON cannot hold are never remembered."""
+    try:
+        params = json.dumps(request.params, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError):
+        return fingerprint(request)
+    for known, known_params, value in tuple(_REQUEST_FINGERPRINTS):
+        if known is request and known_params == params:
             return value
     value = fingerprint(request)
-    _REQUEST_FINGERPRINTS.append((request, dict(request.params), value))
+    _REQUEST_FINGERPRINTS.append((request, params, value))
     return value
 
 
-_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, dict[str, object], str]] = deque(maxlen=32)
+_REQUEST_FINGERPRINTS: deque[tuple[ScanRequest, str, str]] = deque(maxlen=32)
 
 
 _HITS = TypeAdapter(list[Hit])

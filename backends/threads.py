@@ -26,8 +26,8 @@ _R = TypeVar("_R")
 _log = logging.getLogger("backends.base")
 """Left-behind calls are a WARNING of ``backends.base``, where adapters log what they degrade."""
 
-MAX_WORKERS = 64
-"""The most worker threads at once; a call beyond them waits for one to be free."""
+IDLE_SECONDS = 30.0
+"""A worker thread idle this long ends; the next call that finds none idle starts one."""
 
 
 class _Workers:
@@ -35,7 +35,12 @@ class _Workers:
     ``concurrent.futures``' workers (joined at interpreter exit): a call left behind never holds
     the process open after its caller has moved on, as ``anyio.to_thread``'s did not when a
     daemon thread (an engine's loop) made them. A call left behind keeps its thread until it
-    returns; the call pool bounds how many a backend may leave (``race.run.detached``)."""
+    returns; the call pool bounds how many a backend may leave (``race.run.detached``).
+
+    There is no upper bound on threads: a call that finds no idle thread starts one, so a
+    backend whose calls never return cannot hold the others' calls in a queue behind them (a
+    bound of 64 let one stuck LanceDB leave a healthy tantivy leg without a thread, and its
+    leg timed out). How many calls run at once is the call pool's bound, per backend."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
@@ -48,15 +53,20 @@ class _Workers:
         self._calls.put((future, fn))
         if not self._idle.acquire(blocking=False):
             with self._lock:
-                if self._started < MAX_WORKERS:
-                    self._started += 1
-                    name = f"race-blocking-{self._started}"
-                    threading.Thread(target=self._work, name=name, daemon=True).start()
+                self._started += 1
+                name = f"race-blocking-{self._started}"
+            threading.Thread(target=self._work, name=name, daemon=True).start()
         return future
 
     def _work(self) -> None:
         while True:
-            _answer(*self._calls.get())  # nothing of the call is held while the thread is idle
+            try:
+                call = self._calls.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                if self._idle.acquire(blocking=False):  # still counted idle: no call is ours
+                    return
+                continue  # a caller just counted on this thread: its call is on its way
+            _answer(*call)  # nothing of the call is held while the thread is idle
             self._idle.release()
 
 
@@ -66,8 +76,11 @@ def _answer(future: Future[_R], fn: Callable[[], _R]) -> None:
         return
     try:
         result = fn()
-    except BaseException as exc:
+    except Exception as exc:
         future.set_exception(exc)
+    except BaseException as exc:  # SystemExit from a library: the call failed, the caller's process did not
+        failure = RuntimeError(f"the blocking call raised {type(exc).__name__}: {exc}")
+        future.set_exception(failure.with_traceback(exc.__traceback__))
     else:
         future.set_result(result)
 

@@ -46,3 +46,13 @@ def test_equal_requests_are_separate_entries_with_one_value() -> None:
     second.params["nprobes"] = 8
     assert request_fingerprint(first) == fingerprint(_request(nprobes=4))
     assert request_fingerprint(second) == fingerprint(_request(nprobes=8))
+
+
+def test_a_value_equal_in_python_but_not_in_json_gives_the_fresh_fingerprint() -> None:
+    """``1 == True`` in Python, but not in the fingerprint's canonical JSON."""
+    request = _request(exact=1)
+    request_fingerprint(request)
+    request.params["exact"] = True
+    assert request_fingerprint(request) == fingerprint(request)
+    request.params["exact"] = 1.0
+    assert request_fingerprint(request) == fingerprint(request)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import threading
+from concurrent.futures import Future
 
 import anyio
 import pytest
 
-from backends.threads import blocking, on_worker
+from backends.threads import _answer, blocking, on_worker
 
 
 def test_blocking_work_runs_on_daemon_threads() -> None:
@@ -27,14 +28,34 @@ def test_a_call_raises_on_its_caller_and_a_cancelled_call_not_started_never_runs
     with pytest.raises(ValueError):
         anyio.run(fail)
     ran: list[int] = []
-    release = threading.Event()
-    busy = [on_worker(release.wait, 60) for _ in range(64)]  # every worker thread held
-    waiting = on_worker(ran.append, 1)
-    assert waiting.cancel()
-    release.set()
-    assert all(f.result(timeout=60) for f in busy)
+    dropped: Future[None] = Future()
+    assert dropped.cancel()  # its caller gave up before a thread took it
+    _answer(dropped, lambda: ran.append(1))
     on_worker(ran.append, 2).result(timeout=60)
     assert ran == [2]
+
+
+def test_calls_that_never_return_leave_no_other_call_waiting() -> None:
+    """100 calls stuck on their threads (a backend that does not answer): the next call still
+    gets a thread of its own at once, whatever the other calls do."""
+    release = threading.Event()
+    stuck = [on_worker(release.wait, 120) for _ in range(100)]
+    try:
+        assert on_worker(lambda: 7).result(timeout=30) == 7
+    finally:
+        release.set()
+    assert all(f.result(timeout=60) for f in stuck)
+
+
+def test_a_library_exiting_fails_the_call_not_the_process() -> None:
+    def exits() -> None:
+        raise SystemExit(3)
+
+    async def call() -> None:
+        await blocking(exits)
+
+    with pytest.raises(RuntimeError, match="raised SystemExit: 3"):
+        anyio.run(call)
 
 
 def _child(answers: multiprocessing.Queue[int]) -> None:
