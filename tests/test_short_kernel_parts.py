@@ -80,7 +80,7 @@ def test_attention_leaves_a_row_near_a_power_of_two_to_numpy() -> None:
     assert not attention._row_grids_compiled(qkv, 0, 1.25, ints, steps)
     assert attention._row_grids_compiled(qkv, 0, _NORM_BOUND - math.sqrt(dim), ints, steps)
     exps = np.ones((heads, tokens, tokens), dtype=np.float32)
-    exps[0, 0] = [1.0, 0.0, 0.0]  # after the division by its sum, the row's norm is 1: 1 / 0.5 = 2
+    exps[0, 0] = [1.0, 0.0, 0.0]  # a row of norm 1: 1 / 0.5 = 2
     assert not attention._probability_grids_compiled(exps, 0.5, np.empty((heads, tokens, tokens)), steps)
     values, value_steps = np.empty((heads, dim, tokens)), np.empty((heads, dim))
     qkv[:, 2 * heads * dim] = [0.0, 3.0, 4.0]  # the first value column: norm 5

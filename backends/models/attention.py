@@ -6,12 +6,16 @@ query rows and key rows on their grids, sums their products exactly, applies the
 the scale in that order and rounds to float32; subtracts each row's maximum, takes numpy's
 ``exp`` and divides by the row's float32 sum; then puts the probability rows and the value
 columns on their grids and sums those products exactly. Here the same stages, each compiled
-but the exponential (numpy's) and, for a long text, the integer products (BLAS's ``matmul``;
-a short text's are numba loops, cheaper than BLAS's call at that size). A grid's row norm is
-added in another order than numpy's einsum, so a row whose norm lies within 1e-12 of a power
-of two is left to numpy (``kernels._grid``'s argument): ``attend`` then returns ``None``. The
-integer products are exact whatever their order (compiled with fast-math); the row sums are
-numpy's pairwise sums (``float32_sums``).
+but the softmax's exponential and division (numpy's own) and, for a long text, the integer
+products (BLAS's ``matmul``; a short text's are numba loops, cheaper than BLAS's call at that
+size). A grid's row norm is added in another order than numpy's einsum, so a row whose norm
+lies within 1e-12 of a power of two is left to numpy (``kernels._grid``'s argument): ``attend``
+then returns ``None``. The integer products are exact whatever their order (compiled with
+fast-math).
+
+No compiled function here calls one of another module: numba's cache keeps a caller's code,
+callees included, until the caller's own file changes, so a callee edited elsewhere would go
+unseen in a checkout whose caller's file did not change.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import numba
 import numpy as np
 
 from backends.models.encoder import _NORM_BOUND, _SCORES_PER_PASS, FloatArray, WideArray
-from backends.models.float32_sums import _pairwise_sum_compiled
 
 _LOOP_PRODUCTS = 64 * 64 * 64
 """Multiply-adds of a head's product up to which numba's loops beat BLAS's call."""
@@ -101,17 +104,13 @@ def _scores(sums: WideArray, rows: WideArray, columns: WideArray, scale: float, 
                 scores[h, t, u] = scores[h, t, u] - top
 
 
-def _probability_grids(exps: FloatArray, bound: float, ints: WideArray, steps: WideArray) -> bool:
-    """Each row of ``exps`` divided by its float32 sum (in place), then on its grid."""
-    heads, tokens, keys = exps.shape
-    flat = exps.reshape(-1)
+def _probability_grids(probabilities: FloatArray, bound: float, ints: WideArray, steps: WideArray) -> bool:
+    """Each row of ``probabilities`` on its grid."""
+    heads, tokens, keys = probabilities.shape
+    flat = probabilities.reshape(-1)
     for h in range(heads):
         for t in range(tokens):
-            start = (h * tokens + t) * keys
-            total = _pairwise_sum_compiled(flat, start, keys)
-            for u in range(keys):
-                flat[start + u] = flat[start + u] / total
-            steps[h, t] = _on_grid_compiled(flat, start, 1, keys, bound, ints[h, t])
+            steps[h, t] = _on_grid_compiled(flat, (h * tokens + t) * keys, 1, keys, bound, ints[h, t])
             if steps[h, t] == 0.0:
                 return False
     return True
@@ -169,7 +168,8 @@ def attend(qkv: FloatArray, heads: int) -> FloatArray | None:
             return None
         scores = np.empty((count, tokens, tokens), dtype=np.float32)
         _scores_compiled(_products(queries, keys), query_steps, key_steps, 1.0 / math.sqrt(dim), scores)
-        np.exp(scores, out=scores)
+        np.exp(scores, out=scores)  # the softmax's exponential and division are numpy's own
+        scores /= scores.sum(axis=-1, keepdims=True)
         probabilities, values = np.empty((count, tokens, tokens)), np.empty((count, dim, tokens))
         probability_steps, value_steps = np.empty((count, tokens)), np.empty((count, dim))
         if not (
