@@ -6,12 +6,10 @@ query rows and key rows on their grids, sums their products exactly, applies the
 the scale in that order and rounds to float32; subtracts each row's maximum, takes numpy's
 ``exp`` and divides by the row's float32 sum; then puts the probability rows and the value
 columns on their grids and sums those products exactly. Here the same stages, each compiled
-but the softmax's exponential and division (numpy's own) and, for a long text, the integer
-products (BLAS's ``matmul``; a short text's are numba loops, cheaper than BLAS's call at that
-size). A grid's row norm is added in another order than numpy's einsum, so a row whose norm
-lies within 1e-12 of a power of two is left to numpy (``kernels._grid``'s argument): ``attend``
-then returns ``None``. The integer products are exact whatever their order (compiled with
-fast-math).
+but the softmax's exponential and division (numpy's own) and the integer products (BLAS's
+``matmul``, exact whatever its order). A grid's row norm is added in another order than numpy's
+einsum, so a row whose norm lies within 1e-12 of a power of two is left to numpy
+(``kernels._grid``'s argument): ``attend`` then returns ``None``.
 
 No compiled function here calls one of another module: numba's cache keeps a caller's code,
 callees included, until the caller's own file changes, so a callee edited elsewhere would go
@@ -26,20 +24,6 @@ import numba
 import numpy as np
 
 from backends.models.encoder import _NORM_BOUND, _SCORES_PER_PASS, FloatArray, WideArray
-
-_LOOP_PRODUCTS = 64 * 64 * 64
-"""Multiply-adds of a head's product up to which numba's loops beat BLAS's call."""
-
-
-def _integer_products(a: WideArray, b: WideArray, out: WideArray) -> None:
-    """``out[h] = a[h] @ b[h].T`` for integers whose every partial sum is exact (on their grids)."""
-    for h in range(a.shape[0]):
-        for i in range(a.shape[1]):
-            for j in range(b.shape[1]):
-                total = 0.0
-                for k in range(a.shape[2]):
-                    total += a[h, i, k] * b[h, j, k]
-                out[h, i, j] = total
 
 
 def _on_grid(x: FloatArray, start: int, stride: int, count: int, bound: float, ints: WideArray) -> float:
@@ -128,10 +112,6 @@ def _context(sums: WideArray, rows: WideArray, columns: WideArray, offset: int, 
                 out[t, offset + h * dim + d] = np.float32(total)
 
 
-# The products are exact integer sums: any order, grouping or FMA gives the same result.
-_integer_products_compiled = numba.njit(fastmath={"reassoc", "nsz", "contract"}, nogil=True, cache=True)(
-    _integer_products
-)
 _on_grid_compiled = numba.njit(nogil=True, cache=True)(_on_grid)
 _row_grids_compiled = numba.njit(nogil=True, cache=True)(_row_grids)
 _column_grids_compiled = numba.njit(nogil=True, cache=True)(_column_grids)
@@ -141,11 +121,8 @@ _context_compiled = numba.njit(nogil=True, cache=True)(_context)
 
 
 def _products(a: WideArray, b: WideArray) -> WideArray:
-    """``a[h] @ b[h].T`` for every head: numba's loops for a short text, BLAS for a long one."""
-    if a.shape[1] * b.shape[1] * a.shape[2] <= _LOOP_PRODUCTS:
-        out = np.empty((a.shape[0], a.shape[1], b.shape[1]))
-        _integer_products_compiled(a, b, out)
-        return out
+    """``a[h] @ b[h].T`` for every head, by BLAS: exact sums of integers on their grids, as
+    ``encoder._exact_matmul``'s (faster than numba's loops at every length, 8 tokens included)."""
     products: WideArray = np.matmul(a, b.transpose(0, 2, 1))
     return products
 
