@@ -1,14 +1,15 @@
 """numpy's float32 reductions, bit for bit, compiled by numba (the extra ``fast``): the
 pairwise sum behind ``ndarray.sum`` and ``mean`` over a row, and ``encoder._layer_norm`` on
-top of it, for a short text's rows.
+top of it, for the rows of any batch.
 
 numpy adds a float32 row in ``pairwise_sum`` (its ``loops_utils``): fewer than 8 values one
 after another from 0; up to 128 in eight running sums over blocks of eight, combined as
 ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))``, then the values left over one by one;
-more than 128 as two halves (the first a multiple of 8 long). ``mean`` divides that float32
-sum by the count as an ``intp``: in float64, then rounded to float32. Every step here is
-float32 arithmetic in that order, compiled without fast-math; ``tests/test_short_kernels.py``
-compares the bits with numpy's on rows of every length a short text has.
+more than 128 as two halves (the first a multiple of 8 long); the reduction adds the result to
+its start, +0.0. ``mean`` divides that float32 sum by the count as an ``intp``: in float64, then
+rounded to float32. Every step here is float32 arithmetic in that order, compiled without
+fast-math; ``tests/test_short_kernel_parts.py`` compares the bits with numpy's on rows of every
+length from 1 to 299 and longer ones, signed zeros included.
 """
 
 from __future__ import annotations
