@@ -111,3 +111,19 @@ def test_vector_gelu_is_numpys(lanes: int) -> None:
             assert _bits(gelu(x[:count])) == _bits(_gelu(x[:count]))
     block = x[-1536 * 12 :].reshape(12, -1)
     assert _bits(host_gelu()(block)) == _bits(_gelu(block))
+
+
+def test_no_compiled_function_calls_one_of_another_module() -> None:
+    """numba's cache keeps a caller's code, callees included, until the caller's own file
+    changes: a compiled function calling one defined in another module would go stale when only
+    that module is edited. Every ``*_compiled`` a module names, it defines."""
+    import re
+    from pathlib import Path
+
+    import backends.models
+
+    for module in sorted(Path(backends.models.__file__).parent.glob("*.py")):
+        source = module.read_text(encoding="utf-8")
+        named = set(re.findall(r"\b(_\w+_compiled)\b", source))
+        defined = set(re.findall(r"^(_\w+_compiled) = ", source, flags=re.MULTILINE))
+        assert named <= defined, (module.name, sorted(named - defined))
