@@ -33,8 +33,9 @@ WideArray = npt.NDArray[np.float64]
 _SCORES_PER_PASS = 1 << 18
 
 _ROWS_PER_PASS = 128
-"""Rows (tokens of a batch) a layer's feed-forward part takes at a time: 64 texts of 243 tokens
-embedded 1.2x as fast as whole (numpy's path; the compiled one likewise), the same bits."""
+"""Rows (tokens of a batch) a layer's feed-forward part takes at a time, the same bits: numpy's
+path took 12.5 to 14.2 s of CPU for 64 texts of 243 tokens in blocks of 128 to 512 rows against
+15.1 and 15.7 s whole, in runs made while this was written."""
 
 
 # ---------------------------------------------------------------------------------------

